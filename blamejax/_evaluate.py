@@ -1,0 +1,149 @@
+"""Running a pipeline: one score, the score of every coalition, and traces.
+
+All functions here are pure and written for one failure x one world; `jax.vmap` them
+over worlds and failures (the engine in `_exact.py` does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float
+
+from ._pipeline import Context, Hard, Plan, StepPlan, World, factual_plan, world_noise
+from ._structure import Structure
+
+
+def run_score(pipeline: Callable, structure: Structure, case, world: World, plan: Plan, mode=Hard(), noise=None):
+    """The score of one run: one case, one world, one plan. Returns a float scalar.
+    `noise` is the world's site noise if already computed (see `world_noise`)."""
+    ctx = Context(structure, plan, world, mode, noise=noise)
+    return jnp.asarray(pipeline(ctx, case), dtype=jnp.result_type(float))
+
+
+def coalition_plan(structure: Structure, bits: Sequence, fix_variants: Sequence[int]) -> Plan:
+    """The plan in which step i runs fix `fix_variants[i]` when `bits[i]` is 1 and its
+    factual variant otherwise. `bits[i]` is `None` for a step that is not a player."""
+    none = np.int32(-1)
+    steps = []
+    for bit, fix in zip(bits, fix_variants):
+        variant = np.int32(0) if bit is None else bit * np.int32(fix)
+        steps.append(StepPlan(variant=variant, noise=none, forced=none))
+    return Plan(steps=tuple(steps), values=tuple(None for _ in structure.values))
+
+
+def coalition_values(
+    pipeline: Callable,
+    structure: Structure,
+    case,
+    world: World,
+    players: Sequence[int],
+    fix_variants: Sequence[int],
+    mode=Hard(),
+) -> Float[Array, " coalitions"]:
+    """The score of every coalition of `players` for one case and one world.
+
+    Coalition `m` (an integer) fixes player `players[j]` when bit `j` of `m` is set. The
+    pipeline gets one scalar bit per player and is wrapped in one size-2 `vmap` per bit,
+    so a value depends only on its ancestors' bits: a step with a ancestors among the
+    players runs 2^(a+1) times, not 2^n, and the noise and tabulated argmaxes, which
+    depend on no bit, run once (prefix sharing).
+
+    **Returns:** `Float[Array, "2**n"]`, `v[m]`.
+    """
+    n = len(players)
+    fixes = [0] * structure.num_steps
+    for p, f in zip(players, fix_variants):
+        fixes[p] = f
+
+    noise = world_noise(structure, world)  # depends on no bit: computed once per world
+
+    def score(*bits):
+        step_bits = [None] * structure.num_steps
+        for p, bit in zip(players, bits):
+            step_bits[p] = bit
+        plan = coalition_plan(structure, step_bits, fixes)
+        return run_score(pipeline, structure, case, world, plan, mode, noise)
+
+    batched = score
+    for j in range(n):
+        axes = tuple(0 if k == j else None for k in range(n))
+        batched = jax.vmap(batched, in_axes=axes)
+    bit = jnp.arange(2, dtype=jnp.int32)
+    values = batched(*([bit] * n))  # axis 0 is bit n-1, ..., axis n-1 is bit 0
+    return values.reshape(-1)
+
+
+def trace_run(pipeline: Callable, structure: Structure, case, world: World, plan: Plan | None = None, mode=Hard()):
+    """Run one plan and return what every draw saw and chose.
+
+    **Returns:** a dict with
+    - `"score"`: the run's score;
+    - `"choice"`: `Int[Array, "sites"]`, the option chosen at each site (`Structure.sites` order);
+    - `"variant"`: `Int[Array, "sites"]`, the variant each site ran;
+    - `"logits"`, `"noise"`: tuples (one `[K]` array per site), the logits row the draw saw
+      and the Gumbels added to it;
+    - `"values"`: tuple of the deterministic sites' values.
+    """
+    if plan is None:
+        plan = factual_plan(structure)
+    record: dict = {}
+    ctx = Context(structure, plan, world, mode, record=record)
+    score = jnp.asarray(pipeline(ctx, case), dtype=jnp.result_type(float))
+    num_sites = len(structure.sites)
+    missing = [structure.sites[i] for i in range(num_sites) if ("site", i) not in record]
+    if missing:
+        raise ValueError(
+            f"the pipeline skipped draws it made when first traced: {missing}; a pipeline "
+            "must make the same draws in every run (use jnp.where, not Python branches on values)"
+        )
+    sites = [record[("site", i)] for i in range(num_sites)]
+    return dict(
+        score=score,
+        choice=jnp.stack([s["choice"] for s in sites]),
+        variant=jnp.stack([s["variant"] for s in sites]),
+        logits=tuple(s["logits"] for s in sites),
+        noise=tuple(s["noise"] for s in sites),
+        values=tuple(record[("value", i)] for i in range(len(structure.values))),
+    )
+
+
+def count_step_evaluations(pipeline: Callable, structure: Structure, case, world: World, players=None, fix_variants=None) -> int:
+    """How many step evaluations (hard-mode gathers and free-form argmaxes) the
+    all-coalitions table of one world costs, read from the jaxpr after `vmap`.
+
+    With prefix sharing a chain of n steps costs 2^(n+1) - 2; without it, n * 2^n.
+    """
+    if players is None:
+        players = list(range(structure.num_steps))
+    if fix_variants is None:
+        fix_variants = [1] * len(players)
+    jaxpr = jax.make_jaxpr(
+        lambda c, w: coalition_values(pipeline, structure, c, w, players, fix_variants)
+    )(case, world)
+    return _count_named(jaxpr.jaxpr, ("_gather_choice", "_free_hard"))
+
+
+def _count_named(jaxpr, names) -> int:
+    total = 0
+    for eqn in jaxpr.eqns:
+        name = eqn.params.get("name")
+        if eqn.primitive.name in ("pjit", "jit") and name in names:
+            total += int(np.prod(eqn.outvars[0].aval.shape, dtype=np.int64))
+            continue
+        for sub in _subjaxprs(eqn.params.values()):
+            total += _count_named(sub, names)
+    return total
+
+
+def _subjaxprs(params):
+    for value in params:
+        if isinstance(value, (tuple, list)):
+            yield from _subjaxprs(value)
+        elif hasattr(value, "eqns"):
+            yield value
+        elif hasattr(value, "jaxpr") and hasattr(value.jaxpr, "eqns"):
+            yield value.jaxpr

@@ -1,0 +1,359 @@
+"""Exact blame: every coalition of every failure, in one compiled call per chunk.
+
+The score table `v[F, W, 2**n]` is never held whole. Failures are processed in chunks
+(a host loop over one compiled function); inside a chunk, worlds are either vmapped or
+scanned in groups, their mean is taken, and it is reduced to attributions at once.
+Chunk sizes are powers of two, so a batch of any size compiles at most a few times.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float, Int
+
+from ._evaluate import coalition_plan, coalition_values, trace_run
+from ._pipeline import Hard, World
+from ._shapley import attribute
+from ._structure import Structure, check_finite_logits, discover
+from ._worlds import _leading_size
+
+DEFAULT_MAX_STEPS = 20
+DEFAULT_BUDGET = 2**21  # scores (failure x world x coalition) per compiled call
+
+# Number of times each compiled chunk function has been traced (tests guard recompiles).
+TRACE_COUNTS: dict = {}
+_CACHE: dict = {}
+
+
+class ExactResult(eqx.Module):
+    """Exact attributions of F failures over the n steps in `steps`.
+
+    - `steps`: the step names (static), the order of every `n` axis below.
+    - `shapley`, `banzhaf`, `fix_alone`, `leave_one_out`: `Float[Array, "F n"]`.
+    - `interactions`: `Float[Array, "F n n"]` (pairwise Shapley interaction index, zero
+      diagonal) or `None` when not requested.
+    - `empty`, `full`: `Float[Array, "F"]`, v(empty) (the failed run, mean over worlds) and
+      v(all) (the fully fixed run).
+    - `last_step`: `Int[Array, "F W"]`, per world the index of the last step whose output
+      differs between the failed and the fully fixed run, -1 if none (the naive baseline).
+    - `score_range`: the declared (low, high) of the score.
+    """
+
+    steps: tuple[str, ...] = eqx.field(static=True)
+    shapley: Float[Array, "F n"]
+    banzhaf: Float[Array, "F n"]
+    fix_alone: Float[Array, "F n"]
+    leave_one_out: Float[Array, "F n"]
+    interactions: Float[Array, "F n n"] | None
+    empty: Float[Array, " F"]
+    full: Float[Array, " F"]
+    last_step: Int[Array, "F W"]
+    score_range: tuple[float, float] = eqx.field(static=True)
+
+    @property
+    def total(self) -> Float[Array, " F"]:
+        """The total repair `v(all) - v(empty)` per failure (the Shapley values sum to it)."""
+        return self.full - self.empty
+
+    @property
+    def num_failures(self) -> int:
+        return int(self.shapley.shape[0])
+
+    def table(self, failure: int = 0, digits: int = 4) -> str:
+        """A plain-text table of every rule side by side for one failure."""
+        if not 0 <= failure < self.num_failures:
+            raise ValueError(f"`failure` must be in [0, {self.num_failures}), got {failure}")
+        width = max(8, *(len(s) for s in self.steps))
+        head = f"{'step':<{width}}  {'shapley':>9}  {'banzhaf':>9}  {'fix-alone':>9}  {'leave-1-out':>11}  last-step"
+        lines = [head, "-" * len(head)]
+        last = np.asarray(self.last_step[failure])
+        for i, step in enumerate(self.steps):
+            share = float(np.mean(last == i))
+            lines.append(
+                f"{step:<{width}}  {float(self.shapley[failure, i]):>9.{digits}f}  "
+                f"{float(self.banzhaf[failure, i]):>9.{digits}f}  "
+                f"{float(self.fix_alone[failure, i]):>9.{digits}f}  "
+                f"{float(self.leave_one_out[failure, i]):>11.{digits}f}  {share:>9.2f}"
+            )
+        lines.append(
+            f"v(empty) = {float(self.empty[failure]):.{digits}f}, v(all) = "
+            f"{float(self.full[failure]):.{digits}f}, total repair = {float(self.total[failure]):.{digits}f}"
+        )
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        """Plain Python lists, ready for `json.dump`."""
+        out = dict(steps=list(self.steps), score_range=list(self.score_range))
+        for name in ("shapley", "banzhaf", "fix_alone", "leave_one_out", "interactions", "empty", "full", "last_step"):
+            value = getattr(self, name)
+            out[name] = None if value is None else np.asarray(value).tolist()
+        return out
+
+
+def resolve_players(structure: Structure, steps, fixes) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Check `steps` (the players; default every step) and `fixes` (step -> fix variant,
+    default 1) against the pipeline, and return (player indices, fix variants)."""
+    if steps is None:
+        names = list(structure.steps)
+    else:
+        if isinstance(steps, str) or not all(isinstance(s, str) for s in steps):
+            raise TypeError(f"`steps` must be a sequence of step names, got {steps!r}")
+        names = list(steps)
+        if len(set(names)) != len(names):
+            raise ValueError(f"`steps` lists a step twice: {names}")
+    players = tuple(structure.step_index(s) for s in names)
+    fixes = dict(fixes or {})
+    for name in fixes:
+        structure.step_index(name)  # unknown names raise
+        if name not in names:
+            raise ValueError(f"`fixes` names step {name!r}, which is not among `steps` {names}")
+    variants = []
+    for name, p in zip(names, players):
+        num_variants = structure.num_variants[p]
+        fix = fixes.get(name, 1)
+        if num_variants < 2:
+            raise ValueError(
+                f"step {name!r} has no fix: its logits have {num_variants} variant on axis 0 "
+                "(variant 0 is the factual run); add a fix variant or leave the step out of `steps`"
+            )
+        if not isinstance(fix, (int, np.integer)) or not 1 <= fix < num_variants:
+            raise ValueError(
+                f"`fixes[{name!r}]` must be a variant in [1, {num_variants}), got {fix!r}"
+            )
+        variants.append(int(fix))
+    return players, tuple(variants)
+
+
+def check_worlds(worlds: World, num_failures: int, structure: Structure) -> int:
+    """Check that `worlds` has keys `[F, W]` (and matching overrides); return W."""
+    if not isinstance(worlds, World):
+        raise TypeError(
+            f"`worlds` must be a blamejax.World (see recorded_worlds, fresh_worlds, "
+            f"inferred_worlds), got {type(worlds).__name__}"
+        )
+    shape = tuple(worlds.key.shape)
+    if len(shape) != 2 or shape[0] != num_failures:
+        raise ValueError(
+            f"`worlds.key` must have shape [F, W] = [{num_failures}, W], got {shape}"
+        )
+    if shape[1] == 0:
+        raise ValueError("`worlds` holds W = 0 worlds per failure; need at least one")
+    if worlds.overrides is not None:
+        if len(worlds.overrides) != len(structure.sites):
+            raise ValueError(
+                f"`worlds.overrides` must hold one array per draw site ({len(structure.sites)}), "
+                f"got {len(worlds.overrides)}"
+            )
+        for site, override in zip(structure.sites, worlds.overrides):
+            if tuple(override.shape) != shape + (site.num_options,):
+                raise ValueError(
+                    f"`worlds.overrides` for step {site.step!r} must have shape "
+                    f"{shape + (site.num_options,)}, got {tuple(override.shape)}"
+                )
+    return shape[1]
+
+
+def _bucket(count: int, chunk: int) -> int:
+    """The smallest bucket size >= count, capped at the chunk size. Buckets are the powers
+    of two and 1.5 times them (1, 2, 3, 4, 6, 8, 12, 16, 24, ...): at most a third of a
+    call is padding, and a batch of any size compiles only a few shapes."""
+    power = 1 << max(0, (count - 1).bit_length())
+    if power >= 4 and 3 * power // 4 >= count:
+        power = 3 * power // 4
+    return min(chunk, power)
+
+
+def _chunk_function(pipeline, structure, players, fixes, mode, interactions, world_group):
+    cache_key = (pipeline, structure, players, fixes, mode, interactions, world_group)
+    if cache_key in _CACHE:
+        return _CACHE[cache_key]
+
+    def cube(case, world):
+        v = coalition_values(pipeline, structure, case, world, players, fixes, mode)
+        return v, v.min(), v.max()
+
+    def per_failure(case, worlds):
+        num_worlds = worlds.key.shape[0]
+        if world_group >= num_worlds:
+            v, lo, hi = jax.vmap(cube, in_axes=(None, 0))(case, worlds)
+            total, lo, hi = v.sum(0), lo.min(), hi.max()
+        else:
+            groups = jax.tree_util.tree_map(
+                lambda x: x.reshape((num_worlds // world_group, world_group) + x.shape[1:]), worlds
+            )
+
+            def body(carry, group):
+                total, lo, hi = carry
+                v, low, high = jax.vmap(cube, in_axes=(None, 0))(case, group)
+                return (total + v.sum(0), jnp.minimum(lo, low.min()), jnp.maximum(hi, high.max())), None
+
+            size = 1 << len(players)
+            init = (jnp.zeros(size), jnp.asarray(jnp.inf), jnp.asarray(-jnp.inf))
+            (total, lo, hi), _ = jax.lax.scan(body, init, groups)
+        mean = total / num_worlds
+        attribution = attribute(mean, interactions=interactions)
+        return attribution, lo, hi
+
+    def last_step(case, world):
+        empty = trace_run(pipeline, structure, case, world, mode=mode)["choice"]
+        bits = [None] * structure.num_steps
+        for p in players:
+            bits[p] = np.int32(1)
+        full_fix = [0] * structure.num_steps
+        for p, f in zip(players, fixes):
+            full_fix[p] = f
+        full = trace_run(pipeline, structure, case, world, coalition_plan(structure, bits, full_fix), mode)["choice"]
+        site_player = np.array([players.index(structure.step_index(s.step)) if structure.step_index(s.step) in players else -1 for s in structure.sites])
+        differs = (empty != full) & jnp.asarray(site_player >= 0)
+        order = jnp.arange(len(structure.sites))
+        last_site = jnp.max(jnp.where(differs, order, -1))
+        return jnp.where(last_site >= 0, jnp.asarray(site_player)[jnp.maximum(last_site, 0)], -1)
+
+    def chunk(cases, worlds):
+        TRACE_COUNTS[cache_key] = TRACE_COUNTS.get(cache_key, 0) + 1
+        attribution, lo, hi = jax.vmap(per_failure)(cases, worlds)
+        last = jax.vmap(jax.vmap(last_step, in_axes=(None, 0)))(cases, worlds)
+        return attribution, lo, hi, last
+
+    compiled = jax.jit(chunk)
+    _CACHE[cache_key] = compiled
+    return compiled
+
+
+def exact_blame(
+    pipeline: Callable,
+    cases,
+    worlds: World,
+    *,
+    steps: Sequence[str] | None = None,
+    fixes: dict | None = None,
+    score_range: tuple[float, float] = (0.0, 1.0),
+    interactions: bool = False,
+    mode=Hard(),
+    max_steps: int = DEFAULT_MAX_STEPS,
+    chunk_size: int | None = None,
+) -> ExactResult:
+    """Exact Shapley values (and Banzhaf, fix-alone, leave-one-out, pairwise interactions
+    and last-step blame) of every failure, over every coalition of its steps' fixes.
+
+    **Arguments:**
+    - `pipeline`: `pipeline(ctx, case) -> score`, written for one failure, one world, one plan.
+    - `cases`: a pytree of arrays with a leading failure axis F (the logits tables).
+    - `worlds`: a `World` with keys `[F, W]` (`recorded_worlds`, `fresh_worlds`,
+      `inferred_worlds`); values are averaged over the W worlds.
+    - `steps`: the steps to blame (the players), default every step, in pipeline order.
+    - `fixes`: `{step: variant}`, which variant is each step's fix (default 1).
+    - `score_range`: the declared range of the score; a score outside it is an error.
+    - `interactions`: also compute the pairwise Shapley interaction index (off by default:
+      it costs about 4x the reduction and n^2 memory per failure).
+    - `mode`: `Hard()` (exact Gumbel-max) or `Relaxed(tau)`.
+    - `max_steps`: the largest n allowed (2^n coalitions); raise it deliberately.
+    - `chunk_size`: failures per compiled call (a power of two). By default chosen so that
+      a call holds at most about 2 million scores; memory is bounded by it, not by F.
+
+    **Returns:** an `ExactResult`.
+
+    **Raises:** `ValueError`/`TypeError` that names the argument for malformed cases,
+    worlds, steps or fixes; n above `max_steps`; NaN logits; scores outside `score_range`.
+
+    ```python
+    import blamejax as bj
+    cases = bj.demos.refund_cases(num_cases=1)
+    result = bj.exact_blame(bj.demos.refund_pipeline, cases, bj.recorded_worlds(0, 1))
+    print(result.table())
+    ```
+    """
+    num_failures = _leading_size(cases)
+    lo_decl, hi_decl = _check_score_range(score_range)
+    first = jax.tree_util.tree_map(lambda x: x[0], cases)
+    structure = discover(pipeline, first)
+    check_finite_logits(cases)
+    players, variants = resolve_players(structure, steps, fixes)
+    n = len(players)
+    if not isinstance(max_steps, int) or max_steps < 1:
+        raise ValueError(f"`max_steps` must be a positive int, got {max_steps!r}")
+    if n > max_steps:
+        raise ValueError(
+            f"exact Shapley over n = {n} steps needs 2^{n} coalitions per failure and world, "
+            f"above `max_steps` = {max_steps}; use Monte Carlo sampling "
+            "(blamejax.mc_shapley) or raise `max_steps` deliberately"
+        )
+    num_worlds = check_worlds(worlds, num_failures, structure)
+    size = 1 << n
+    world_group = num_worlds
+    while world_group > 1 and world_group * size > DEFAULT_BUDGET:
+        world_group -= 1
+        while num_worlds % world_group:
+            world_group -= 1
+    if chunk_size is None:
+        chunk_size = max(1, DEFAULT_BUDGET // (world_group * size))
+        chunk_size = 1 << (chunk_size.bit_length() - 1)
+    elif not isinstance(chunk_size, int) or chunk_size < 1 or chunk_size & (chunk_size - 1):
+        raise ValueError(f"`chunk_size` must be a positive power of two, got {chunk_size!r}")
+    function = _chunk_function(pipeline, structure, players, variants, mode, interactions, world_group)
+    host_cases = jax.tree_util.tree_map(np.asarray, cases)
+    host_worlds = _to_host(worlds)
+    pieces, lows, highs = [], [], []
+    for start in range(0, num_failures, chunk_size):
+        stop = min(start + chunk_size, num_failures)
+        bucket = _bucket(stop - start, chunk_size)
+        index = np.arange(start, start + bucket)
+        index = np.where(index < stop, index, start)  # pad with a real failure, dropped below
+        take = lambda x: x[index]  # noqa: E731
+        out = function(jax.tree_util.tree_map(take, host_cases), _from_host(jax.tree_util.tree_map(take, host_worlds)))
+        attribution, lo, hi, last = jax.tree_util.tree_map(lambda x: np.asarray(x)[: stop - start], out)
+        pieces.append((attribution, last))
+        lows.append(float(lo.min()))
+        highs.append(float(hi.max()))
+    low, high = min(lows), max(highs)
+    if low < lo_decl or high > hi_decl:
+        raise ValueError(
+            f"the pipeline returned scores in [{low}, {high}], outside the declared "
+            f"`score_range` {score_range}; declare the true range (the confidence bounds use it)"
+        )
+    attribution = jax.tree_util.tree_map(lambda *xs: jnp.asarray(np.concatenate(xs)), *[p[0] for p in pieces])
+    last = jnp.asarray(np.concatenate([p[1] for p in pieces]))
+    return ExactResult(
+        steps=tuple(structure.steps[p] for p in players),
+        shapley=attribution.shapley,
+        banzhaf=attribution.banzhaf,
+        fix_alone=attribution.fix_alone,
+        leave_one_out=attribution.leave_one_out,
+        interactions=attribution.interactions,
+        empty=attribution.empty,
+        full=attribution.full,
+        last_step=last.astype(jnp.int32),
+        score_range=(lo_decl, hi_decl),
+    )
+
+
+def _check_score_range(score_range) -> tuple[float, float]:
+    try:
+        low, high = (float(x) for x in score_range)
+    except (TypeError, ValueError):
+        raise TypeError(f"`score_range` must be a pair (low, high), got {score_range!r}") from None
+    if not (np.isfinite(low) and np.isfinite(high) and low < high):
+        raise ValueError(f"`score_range` must be finite with low < high, got {score_range!r}")
+    return low, high
+
+
+def _to_host(worlds: World):
+    """Worlds as numpy arrays (typed keys as their raw key data) for cheap host slicing."""
+    return World(
+        key=np.asarray(jax.random.key_data(worlds.key)),
+        overrides=None if worlds.overrides is None else tuple(np.asarray(x) for x in worlds.overrides),
+        valid=None if worlds.valid is None else tuple(np.asarray(x) for x in worlds.valid),
+    )
+
+
+def _from_host(worlds: World) -> World:
+    return World(
+        key=jax.random.wrap_key_data(worlds.key),
+        overrides=worlds.overrides,
+        valid=worlds.valid,
+    )

@@ -1,0 +1,47 @@
+"""Replaying cases: the score and every draw of each case under each world and one plan."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+
+from ._evaluate import trace_run
+from ._exact import check_worlds
+from ._pipeline import Hard, Plan, World, factual_plan
+from ._structure import check_finite_logits, discover
+from ._worlds import _leading_size
+
+
+def replay(pipeline: Callable, cases, worlds: World, plan: Plan | None = None, mode=Hard()) -> dict:
+    """Run every case under every world with one plan (default: the factual run).
+
+    **Arguments:**
+    - `pipeline`: `pipeline(ctx, case) -> score`.
+    - `cases`: a pytree with a leading case axis F.
+    - `worlds`: a `World` with keys `[F, W]`.
+    - `plan`: a `Plan` shared by all runs (default `factual_plan`).
+    - `mode`: `Hard()` or `Relaxed(tau)`.
+
+    **Returns:** a dict of arrays with leading axes `[F, W]`: `"score"`, `"choice"` (per
+    draw site), `"variant"`, `"logits"` and `"noise"` (tuples, one `[F, W, K]` per site),
+    and `"values"` (the deterministic sites).
+
+    ```python
+    import blamejax as bj
+    cases = bj.demos.refund_cases(8)
+    out = bj.replay(bj.demos.refund_pipeline, cases, bj.recorded_worlds(0, 8))
+    failed = out["score"][:, 0] < 1
+    ```
+    """
+    num_cases = _leading_size(cases)
+    structure = discover(pipeline, jax.tree_util.tree_map(lambda x: x[0], cases))
+    check_finite_logits(cases)
+    check_worlds(worlds, num_cases, structure)
+    if plan is None:
+        plan = factual_plan(structure)
+
+    def one(case, world):
+        return trace_run(pipeline, structure, case, world, plan, mode)
+
+    return jax.jit(jax.vmap(jax.vmap(one, in_axes=(None, 0))))(cases, worlds)

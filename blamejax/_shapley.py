@@ -1,0 +1,131 @@
+"""Exact attribution from the table of coalition values.
+
+`v[m]` is the score of coalition `m` (bit i of m set = step i runs its fix). Everything
+here is a fixed linear map of `v`, computed without a loop over coalitions and without
+building a 2^n x n matrix: a divide-and-conquer over the bits keeps, for every step i,
+the sum of its marginal contributions grouped by coalition size. Each level only adds
+pairs, so float32 rounding grows with log(2^n) = n, not with 2^n, and the total work is
+about 6 * 2^n additions (about 26 * 2^n with pairwise interactions).
+
+Weights such as ``s! (n-s-1)! / n!`` are computed with Python integers and converted once.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from math import comb
+from typing import NamedTuple
+
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float
+
+
+def shapley_weights(n: int) -> np.ndarray:
+    """``w[s] = s! (n-s-1)! / n! = 1 / (n * C(n-1, s))`` for s = 0..n-1, in float64."""
+    return np.array([float(Fraction(1, n * comb(n - 1, s))) for s in range(n)])
+
+
+def interaction_weights(n: int) -> np.ndarray:
+    """``w[s] = s! (n-s-2)! / (n-1)! = 1 / ((n-1) * C(n-2, s))`` for s = 0..n-2."""
+    if n < 2:
+        return np.zeros((0,))
+    return np.array([float(Fraction(1, (n - 1) * comb(n - 2, s))) for s in range(n - 1)])
+
+
+def _pad_last(x, before: int, after: int):
+    widths = [(0, 0)] * (x.ndim - 1) + [(before, after)]
+    return jnp.pad(x, widths)
+
+
+def marginal_size_sums(values: Float[Array, " coalitions"], pairs: bool = False):
+    """Sums of marginal contributions grouped by coalition size.
+
+    **Arguments:**
+    - `values`: `Float[Array, "2**n"]`.
+    - `pairs`: also return the second differences of every pair of steps.
+
+    **Returns:** `D` of shape `[n, n]` with
+    ``D[i, s] = sum over S not containing i with |S| = s of v(S + i) - v(S)``
+    (entries with s = n - 1 are used; the array is square for convenience), and when
+    `pairs`, `E` of shape `[n, n, n]` with, for i != j,
+    ``E[i, j, s] = sum over S without i, j, |S| = s of v(S+i+j) - v(S+i) - v(S+j) + v(S)``.
+    """
+    size = values.shape[-1]
+    n = size.bit_length() - 1
+    if 1 << n != size:
+        raise ValueError(f"`values` must have length 2**n, got {size}")
+    dtype = values.dtype
+    # H[b, s]: sum of v over the low-bit coalitions of block b with popcount s.
+    # D[b, i, s]: grouped marginals of step i (i below the current level).
+    # E[b, i, j, s]: grouped second differences of steps i, j (both below the level).
+    H = values[:, None]
+    D = jnp.zeros((size, 0, 1), dtype)
+    E = jnp.zeros((size, 0, 0, 1), dtype) if pairs else None
+    for level in range(n):
+        blocks = size >> (level + 1)
+        H = H.reshape(blocks, 2, level + 1)
+        D = D.reshape(blocks, 2, level, level + 1)
+        HA, HB = H[:, 0], H[:, 1]
+        DA, DB = D[:, 0], D[:, 1]
+        if pairs:
+            E = E.reshape(blocks, 2, level, level, level + 1)
+            EA, EB = E[:, 0], E[:, 1]
+            old = _pad_last(EA, 0, 1) + _pad_last(EB, 1, 0)  # [b, L, L, L+2]
+            new = _pad_last(DB - DA, 0, 1)  # [b, L, L+2]: pair (i, level)
+            zero = jnp.zeros((new.shape[0], 1, level + 2), dtype)
+            E = jnp.concatenate([old, new[:, None]], axis=1)  # rows i, column j = level missing
+            E = jnp.concatenate([E, jnp.concatenate([new, zero], axis=1)[:, :, None]], axis=2)
+        D_old = _pad_last(DA, 0, 1) + _pad_last(DB, 1, 0)  # [b, L, L+2]
+        D_new = _pad_last(HB - HA, 0, 1)  # [b, L+2]
+        D = jnp.concatenate([D_old, D_new[:, None]], axis=1)  # [b, L+1, L+2]
+        H = _pad_last(HA, 0, 1) + _pad_last(HB, 1, 0)  # [b, L+2]
+    D = D[0, :, :n]
+    if pairs:
+        return D, E[0, :, :, :n]
+    return D
+
+
+class Attribution(NamedTuple):
+    """Exact attributions of one failure (all arrays over steps, in `players` order)."""
+
+    shapley: Float[Array, " n"]
+    banzhaf: Float[Array, " n"]
+    fix_alone: Float[Array, " n"]  # v({i}) - v(empty)
+    leave_one_out: Float[Array, " n"]  # v(N) - v(N - {i})
+    interactions: Float[Array, "n n"] | None  # Shapley interaction index, zero diagonal
+    empty: Float[Array, ""]  # v(empty): the failed run
+    full: Float[Array, ""]  # v(N): the fully fixed run
+
+
+def attribute(values: Float[Array, " coalitions"], interactions: bool = True) -> Attribution:
+    """Shapley, Banzhaf, fix-alone, leave-one-out and pairwise interaction indices from
+    the full table `values[2**n]`. Pure; `vmap` it over failures."""
+    size = values.shape[-1]
+    n = size.bit_length() - 1
+    if n < 1 or 1 << n != size:
+        raise ValueError(f"`values` must have length 2**n with n >= 1, got {size}")
+    dtype = values.dtype
+    if interactions and n >= 2:
+        D, E = marginal_size_sums(values, pairs=True)
+        w2 = jnp.asarray(interaction_weights(n), dtype)
+        pair = E[:, :, : n - 1] @ w2
+        pair = jnp.where(jnp.eye(n, dtype=bool), 0.0, pair)
+    else:
+        D = marginal_size_sums(values)
+        pair = jnp.zeros((n, n), dtype) if interactions else None
+    shapley = D @ jnp.asarray(shapley_weights(n), dtype)
+    banzhaf = D.sum(axis=1) * jnp.asarray(1.0 / 2 ** (n - 1), dtype)
+    bits = np.array([1 << i for i in range(n)], dtype=np.int64)
+    full_index = size - 1
+    fix_alone = values[bits] - values[0]
+    leave_one_out = values[full_index] - values[full_index - bits]
+    return Attribution(
+        shapley=shapley,
+        banzhaf=banzhaf,
+        fix_alone=fix_alone,
+        leave_one_out=leave_one_out,
+        interactions=pair,
+        empty=values[0],
+        full=values[full_index],
+    )

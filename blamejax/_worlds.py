@@ -1,0 +1,179 @@
+"""Worlds: the noise under which failures are replayed.
+
+- *recorded*: the failure's own noise, replayed exactly (`recorded_worlds`);
+- *fresh*: new noise per world, interventional (`fresh_worlds`);
+- *inferred*: posterior noise abducted from the observed choices only (`inferred_worlds`).
+
+Recorded and inferred worlds answer the counterfactual question "had this step run its
+fix, with the same luck, would this run have succeeded?". That answer assumes the
+Gumbel-max coupling, which data cannot identify: another coupling with the same
+interventional behaviour gives different blame.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+from jaxtyping import Array, Int, PRNGKeyArray
+
+from ._evaluate import trace_run
+from ._noise import _ABDUCT_TAG, abduct_gumbels, stable_hash, world_key
+from ._pipeline import Plan, World, factual_plan
+from ._structure import Structure, check_finite_logits, discover
+
+
+def as_key(key) -> PRNGKeyArray:
+    """Accept an int seed or a typed key at the outermost API and return a typed key."""
+    if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+        return jr.key(int(key))
+    if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        if key.shape != ():
+            raise ValueError(f"`key` must be a single key, got a key array of shape {key.shape}")
+        return key
+    if isinstance(key, jax.Array) and key.dtype == jnp.uint32 and key.shape == (2,):
+        return jr.wrap_key_data(key)
+    raise TypeError(
+        f"`key` must be an int seed or a `jax.random.key(...)`, got {type(key).__name__}"
+    )
+
+
+def _case_ids(case_ids) -> np.ndarray:
+    if isinstance(case_ids, (int, np.integer)):
+        if case_ids < 1:
+            raise ValueError(f"`case_ids` must be a positive count or an array of ids, got {case_ids}")
+        return np.arange(int(case_ids))
+    ids = np.asarray(case_ids)
+    if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer) or ids.size == 0:
+        raise ValueError(f"`case_ids` must be a non-empty 1-D int array, got shape {ids.shape}, dtype {ids.dtype}")
+    return ids
+
+
+def recorded_worlds(key, case_ids) -> World:
+    """The recorded noise of cases: world 0 of each case's own key.
+
+    **Arguments:**
+    - `key`: the root key (or int seed) the cases were run with.
+    - `case_ids`: the number of cases F (ids 0..F-1), or an int array of case ids.
+
+    **Returns:** a `World` whose key has shape `[F, 1]`.
+    """
+    key = as_key(key)
+    ids = jnp.asarray(_case_ids(case_ids))
+    keys = jax.vmap(lambda f: world_key(key, f, 0))(ids)
+    return World(key=keys[:, None])
+
+
+def fresh_worlds(key, case_ids, num_worlds: int) -> World:
+    """`num_worlds` new worlds per case (worlds 1..W of the case's key, never the recorded
+    world 0): interventional, "what helps on average".
+
+    **Returns:** a `World` whose key has shape `[F, W]`.
+    """
+    if not isinstance(num_worlds, (int, np.integer)) or num_worlds < 1:
+        raise ValueError(f"`num_worlds` must be a positive int, got {num_worlds!r}")
+    key = as_key(key)
+    ids = jnp.asarray(_case_ids(case_ids))
+    worlds = jnp.arange(1, num_worlds + 1)
+    keys = jax.vmap(lambda f: jax.vmap(lambda w: world_key(key, f, w))(worlds))(ids)
+    return World(key=keys)
+
+
+def observed_plan(structure: Structure, observed: Int[Array, " sites"]) -> Plan:
+    """The factual plan with every draw forced to its observed option."""
+    plan = factual_plan(structure)
+    return plan._replace(forced_sites=tuple(observed[i] for i in range(len(structure.sites))))
+
+
+def inferred_worlds(pipeline: Callable, cases, observed, key, num_worlds: int) -> World:
+    """Abduct `num_worlds` posterior worlds per case from the observed choices alone.
+
+    For every draw site, the logits it saw are found by replaying the case with every
+    draw forced to its observed option; then each site's Gumbels are sampled from their
+    posterior given that its observed option won (`abduct_gumbels`). Sites are
+    independent given the observed choices, so this is exact posterior sampling. The
+    abducted noise is data: it carries no gradient.
+
+    **Arguments:**
+    - `pipeline`: the pipeline.
+    - `cases`: the cases, a pytree with a leading axis F.
+    - `observed`: `Int[Array, "F sites"]`, the observed option of every draw site (in
+      `discover(pipeline, case).sites` order).
+    - `key`: root key or int seed.
+    - `num_worlds`: W.
+
+    **Returns:** a `World` with keys `[F, W]`, overrides (one `[F, W, K]` per site) and
+    `valid` all true.
+
+    **Raises:** `ValueError` if an observed option has logit `-inf` in the factual run (it
+    could not have been chosen), or if shapes do not match.
+    """
+    if not isinstance(num_worlds, (int, np.integer)) or num_worlds < 1:
+        raise ValueError(f"`num_worlds` must be a positive int, got {num_worlds!r}")
+    num_cases = _leading_size(cases)
+    structure = discover(pipeline, jax.tree_util.tree_map(lambda x: x[0], cases))
+    check_finite_logits(cases)
+    observed = jnp.asarray(observed, jnp.int32)
+    num_sites = len(structure.sites)
+    if observed.shape != (num_cases, num_sites):
+        raise ValueError(
+            f"`observed` must have shape [F, sites] = [{num_cases}, {num_sites}], got {observed.shape}"
+        )
+    for i, site in enumerate(structure.sites):
+        column = np.asarray(observed[:, i])
+        if column.min() < 0 or column.max() >= site.num_options:
+            raise ValueError(
+                f"`observed` for step {site.step!r} (slot {site.slot}) must lie in "
+                f"[0, {site.num_options}), got values in [{column.min()}, {column.max()}]"
+            )
+    key = as_key(key)
+    dummy = World(key=key)
+    seen = jax.jit(
+        jax.vmap(lambda c, o: trace_run(pipeline, structure, c, dummy, observed_plan(structure, o))["logits"])
+    )(cases, observed)
+    for i, site in enumerate(structure.sites):
+        picked = np.take_along_axis(np.asarray(seen[i]), np.asarray(observed[:, i])[:, None], axis=1)[:, 0]
+        bad = np.flatnonzero(~np.isfinite(picked))
+        if bad.size:
+            raise ValueError(
+                f"case {int(bad[0])}: the observed option {int(observed[bad[0], i])} of step "
+                f"{site.step!r} (slot {site.slot}) has logit -inf in the factual run, so it "
+                "could not have been chosen; the observations and the logits disagree"
+            )
+    ids = jnp.arange(num_cases)
+    worlds = jnp.arange(1, num_worlds + 1)
+    keys = jax.vmap(lambda f: jax.vmap(lambda w: world_key(key, f, w))(worlds))(ids)
+
+    def abduct_site(i, site):
+        def one(k, logits, obs):
+            k = jr.fold_in(jr.fold_in(jr.fold_in(k, _ABDUCT_TAG), stable_hash(site.step)), site.slot)
+            return abduct_gumbels(k, logits, obs)
+
+        per_world = jax.vmap(one, in_axes=(0, None, None))
+        return jax.vmap(per_world)(keys, seen[i], observed[:, i])
+
+    overrides = tuple(
+        jax.lax.stop_gradient(jax.jit(lambda s=s, i=i: abduct_site(i, s))())
+        for i, s in enumerate(structure.sites)
+    )
+    valid = tuple(jnp.ones((num_cases, num_worlds), bool) for _ in structure.sites)
+    return World(key=keys, overrides=overrides, valid=valid)
+
+
+def _leading_size(cases) -> int:
+    leaves = jax.tree_util.tree_leaves(cases)
+    if not leaves:
+        raise ValueError("`cases` is empty: it must be a pytree of arrays with a leading failure axis")
+    sizes = {np.shape(leaf)[0] if np.ndim(leaf) else None for leaf in leaves}
+    if None in sizes or len(sizes) != 1:
+        shapes = [np.shape(leaf) for leaf in leaves]
+        raise ValueError(
+            f"every leaf of `cases` must share one leading failure axis, got shapes {shapes}"
+        )
+    size = sizes.pop()
+    if size == 0:
+        raise ValueError("`cases` holds zero failures; there is nothing to blame")
+    return int(size)
