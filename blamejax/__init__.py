@@ -3,10 +3,14 @@
 from . import demos as demos
 from ._evaluate import coalition_values as coalition_values
 from ._evaluate import count_step_evaluations as count_step_evaluations
+from ._evaluate import mask_plan as mask_plan
+from ._evaluate import mask_values as mask_values
+from ._evaluate import plan_values as plan_values
 from ._evaluate import run_score as run_score
 from ._evaluate import trace_run as trace_run
 from ._exact import ExactResult as ExactResult
 from ._exact import exact_blame as exact_blame
+from ._exact import resolve_players as resolve_players
 from ._noise import abduct_gumbels as abduct_gumbels
 from ._noise import gumbel_at as gumbel_at
 from ._noise import gumbel_max as gumbel_max
@@ -22,6 +26,7 @@ from ._pipeline import StepPlan as StepPlan
 from ._pipeline import ValuePlan as ValuePlan
 from ._pipeline import World as World
 from ._pipeline import factual_plan as factual_plan
+from ._pipeline import world_noise as world_noise
 from ._replay import replay as replay
 from ._shapley import Attribution as Attribution
 from ._shapley import attribute as attribute

@@ -77,6 +77,48 @@ def coalition_values(
     return values.reshape(-1)
 
 
+def mask_plan(structure: Structure, players: Sequence[int], fix_variants: Sequence[int], mask) -> Plan:
+    """The plan of one coalition given as a boolean mask over `players` (`Bool[Array, "n"]`):
+    player j runs fix `fix_variants[j]` where `mask[j]`, its factual variant otherwise."""
+    bits = [None] * structure.num_steps
+    fixes = [0] * structure.num_steps
+    for j, (p, f) in enumerate(zip(players, fix_variants)):
+        bits[p] = jnp.asarray(mask[j]).astype(jnp.int32)
+        fixes[p] = f
+    return coalition_plan(structure, bits, fixes)
+
+
+def mask_values(
+    pipeline: Callable,
+    structure: Structure,
+    case,
+    world: World,
+    players: Sequence[int],
+    fix_variants: Sequence[int],
+    masks,
+    mode=Hard(),
+) -> Float[Array, " masks"]:
+    """The score of each coalition in `masks` (`Bool[Array, "M n"]`, row = coalition over
+    `players`) for one case and one world: a plain `vmap` over plans, for sets of coalitions
+    that are not the whole cube (Monte Carlo prefixes, interventions). The world's noise is
+    computed once and shared by every mask (common random numbers).
+    """
+    noise = world_noise(structure, world)
+
+    def one(mask):
+        plan = mask_plan(structure, players, fix_variants, mask)
+        return run_score(pipeline, structure, case, world, plan, mode, noise)
+
+    return jax.vmap(one)(masks)
+
+
+def plan_values(pipeline: Callable, structure: Structure, case, world: World, plans: Plan, mode=Hard()):
+    """The score of each plan in a batched `Plan` (leading axis on every leaf), for one case
+    and one world, with the world's addressed noise computed once."""
+    noise = world_noise(structure, world)
+    return jax.vmap(lambda plan: run_score(pipeline, structure, case, world, plan, mode, noise))(plans)
+
+
 def trace_run(pipeline: Callable, structure: Structure, case, world: World, plan: Plan | None = None, mode=Hard()):
     """Run one plan and return what every draw saw and chose.
 
