@@ -48,7 +48,7 @@ class Relaxed(eqx.Module):
 
     def __check_init__(self):
         if not isinstance(self.tau, jax.core.Tracer):
-            tau = jnp.asarray(self.tau)
+            tau = np.asarray(self.tau)
             if tau.shape != () or not bool(tau > 0):
                 raise ValueError(f"`tau` must be a positive scalar temperature, got {self.tau!r}")
 
@@ -90,11 +90,14 @@ class StepPlan(NamedTuple):
     - `noise`: `Int[Array, ""]`, -1 = the world's noise (override where valid, otherwise
       addressed); r >= 0 = fresh noise stream r (used to resample a step).
     - `forced`: `Int[Array, ""]`, -1 = sample; a >= 0 = force option a in every slot.
+    - `shift`: `None` (the default: no change, no cost) or `Float[Array, "K"]`, added to
+      every logits row the step decides from (`do_context`); `-inf` removes an option.
     """
 
     variant: Int[Array, ""]
     noise: Int[Array, ""]
     forced: Int[Array, ""]
+    shift: Float[Array, " K"] | None = None
 
 
 class ValuePlan(NamedTuple):
@@ -236,6 +239,8 @@ class Context:
         noise = self._noise(step_plan, site_index, site)
         variant = step_plan.variant
         logits = jnp.asarray(logits)
+        if step_plan.shift is not None:
+            logits = logits + _lift(jnp.asarray(step_plan.shift, logits.dtype), logits)
         if isinstance(self.mode, Hard):
             if tabulated:
                 index = _tabulated_hard(logits, noise, variant, parents)

@@ -33,6 +33,7 @@ class ValueSite(NamedTuple):
     name: str
     shape: tuple[int, ...]
     dtype: Any
+    position: int = -1  # how many draw sites came before it (-1: unknown)
 
 
 class Structure(NamedTuple):
@@ -117,7 +118,7 @@ class _Recorder:
         if any(v.name == name for v in self.values):
             raise ValueError(f"deterministic site {name!r} is used twice; names must be unique")
         value = jnp.asarray(value)
-        self.values.append(ValueSite(name, tuple(value.shape), value.dtype))
+        self.values.append(ValueSite(name, tuple(value.shape), value.dtype, len(self.sites)))
         return value
 
 

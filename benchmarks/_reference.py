@@ -1,0 +1,126 @@
+"""A plain Python/numpy reference for exact blame, to time and check blamejax against.
+
+It does what a hand-written implementation does: for every failure, every world and every
+coalition, run the pipeline step by step in Python, with a per-step cache so that a step
+whose inputs were seen before is not recomputed; then Shapley values by the textbook
+weighted sum over coalitions, in float64.
+
+The pipeline is described as tables, one `TableStep` per step (the same tables the
+blamejax pipeline reads), and a score function of the choices. The noise is blamejax's
+own: every site's Gumbels come from `blamejax.gumbel_at` at the same address, computed once
+up front (`site_noise`), so both sides replay exactly the same luck.
+
+This module is shared by the benchmarks; it is not part of the library.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from fractions import Fraction
+from math import comb
+from typing import NamedTuple
+
+import jax
+import numpy as np
+
+import blamejax as bj
+
+
+class TableStep(NamedTuple):
+    """One step of a tabulated pipeline.
+
+    - `name`: the step's name (its noise address).
+    - `logits`: `[F, V, *K_parents, K]`, the logits of every failure, variant and parent
+      choice (variant 0 = factual, 1.. = fixes).
+    - `parents`: indices of the earlier steps whose choices index the parent axes, in order.
+    """
+
+    name: str
+    logits: np.ndarray
+    parents: tuple[int, ...]
+
+
+def site_noise(worlds: bj.World, steps: Sequence[TableStep]) -> np.ndarray:
+    """The Gumbels of every step (slot 0) in every world: `[F, W, n, K_max]`.
+
+    Computed with `blamejax.gumbel_at`, the public addressed-noise function, so that the
+    reference replays exactly the noise blamejax uses (entries past a step's K are unused).
+    """
+    num_options = max(step.logits.shape[-1] for step in steps)
+    per_step = []
+    for step in steps:
+        one = lambda key, name=step.name: bj.gumbel_at(key, name, 0, num_options)  # noqa: E731
+        per_step.append(np.asarray(jax.jit(jax.vmap(jax.vmap(one)))(worlds.key)))
+    return np.stack(per_step, axis=2)
+
+
+def world_values(
+    steps: Sequence[TableStep],
+    score: Callable[[int, list[int]], float],
+    failure: int,
+    noise: np.ndarray,
+    fixes: Sequence[int],
+    coalitions: Sequence[int] | None = None,
+) -> np.ndarray:
+    """The score of every coalition (or of those in `coalitions`) for one failure and one
+    world, by running the steps in a Python loop with a per-step cache.
+
+    Coalition `m` (an int) runs step i's fix `fixes[i]` when bit i of m is set. The cache
+    key of a step is (step, its variant, its parents' choices): the step's output is a
+    function of these alone once the world's noise is fixed.
+
+    **Arguments:**
+    - `steps`: the pipeline's steps, parents before children.
+    - `score`: `score(failure, choices) -> float`, the run's score from every step's choice.
+    - `failure`: which failure (row of every `logits` table).
+    - `noise`: `[n, K_max]`, this world's Gumbels (a slice of `site_noise`).
+    - `fixes`: the fix variant of every step.
+    - `coalitions`: the coalitions to evaluate, default all `2**n` in order.
+
+    **Returns:** `float64[M]`, the score of each coalition.
+    """
+    num_steps = len(steps)
+    if coalitions is None:
+        coalitions = range(1 << num_steps)
+    tables = [step.logits[failure] for step in steps]
+    gumbels = [noise[i, : tables[i].shape[-1]] for i in range(num_steps)]
+    parents = [step.parents for step in steps]
+    cache: dict = {}
+    values = np.empty(len(coalitions), dtype=np.float64)
+    for row, mask in enumerate(coalitions):
+        choices: list[int] = []
+        for i in range(num_steps):
+            variant = fixes[i] if (mask >> i) & 1 else 0
+            key = (i, variant, *[choices[p] for p in parents[i]])
+            choice = cache.get(key)
+            if choice is None:
+                logits = tables[i][key[1:]]  # the row this step sees: [K]
+                choice = int(np.argmax(logits + gumbels[i]))
+                cache[key] = choice
+            choices.append(choice)
+        values[row] = score(failure, choices)
+    return values
+
+
+def shapley_weights(num_players: int) -> np.ndarray:
+    """`s! (n - s - 1)! / n!` for s = 0..n-1, from Python integers, in float64."""
+    n = num_players
+    return np.array([float(Fraction(1, n * comb(n - 1, s))) for s in range(n)])
+
+
+def textbook_shapley(values: np.ndarray) -> np.ndarray:
+    """Shapley values from the full table `values[2**n]` (float64), by the textbook sum
+    `phi_i = sum over S without i of w(|S|) (v(S + i) - v(S))`, one player at a time."""
+    values = np.asarray(values, dtype=np.float64)
+    size = values.shape[0]
+    n = size.bit_length() - 1
+    masks = np.arange(size, dtype=np.int64)
+    popcount = np.zeros(size, dtype=np.int64)
+    for i in range(n):
+        popcount += (masks >> i) & 1
+    weights = shapley_weights(n)
+    phi = np.empty(n, dtype=np.float64)
+    for i in range(n):
+        without = masks[((masks >> i) & 1) == 0]
+        phi[i] = np.sum(weights[popcount[without]] * (values[without | (1 << i)] - values[without]))
+    return phi

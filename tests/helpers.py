@@ -1,0 +1,64 @@
+"""Random pipelines for tests, written with the public API."""
+
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+
+
+def random_chain_cases(key, num_steps, num_cases, num_options=4, num_variants=2, neg_inf=0.0):
+    """Tables for a chain: step 0 has logits [V, K], step i>0 has [V, K, K] given step i-1.
+    `neg_inf` is the probability that a logit entry is -inf (never a whole row)."""
+    keys = jr.split(key, num_steps + 2)
+    tables = []
+    for i in range(num_steps):
+        shape = (num_cases, num_variants) + ((num_options,) if i else ()) + (num_options,)
+        logits = 1.5 * jr.normal(keys[i], shape)
+        if neg_inf > 0:
+            drop = jr.bernoulli(jr.fold_in(keys[i], 1), neg_inf, shape)
+            drop = drop.at[..., 0].set(False)  # keep option 0 possible in every row
+            logits = jnp.where(drop, -jnp.inf, logits)
+        tables.append(logits)
+    score = jr.uniform(keys[-1], (num_cases, num_options))
+    return dict(tables=tables, score=score)
+
+
+def chain_pipeline(ctx, case):
+    choice = ctx.choose("s0", case["tables"][0])
+    for i in range(1, len(case["tables"])):
+        choice = ctx.choose(f"s{i}", case["tables"][i], given=choice)
+    return choice.take(case["score"])
+
+
+def dag_pipeline(ctx, case):
+    """s0 -> s1, s0 -> s2, (s1, s2) -> s3: a step with two parents."""
+    t = case["tables"]
+    a = ctx.choose("s0", t[0])
+    b = ctx.choose("s1", t[1], given=a)
+    c = ctx.choose("s2", t[2], given=a)
+    d = ctx.choose("s3", t[3], given=(b, c))
+    return d.take(case["score"])
+
+
+def random_dag_cases(key, num_cases, num_options=3):
+    keys = jr.split(key, 5)
+    k, n = num_options, num_cases
+    tables = [
+        jr.normal(keys[0], (n, 2, k)),
+        jr.normal(keys[1], (n, 2, k, k)),
+        jr.normal(keys[2], (n, 2, k, k)),
+        jr.normal(keys[3], (n, 2, k, k, k)),
+    ]
+    return dict(tables=tables, score=jr.uniform(keys[4], (n, k)))
+
+
+def first(cases):
+    return jax.tree_util.tree_map(lambda x: x[0], cases)
+
+
+def take(cases, i):
+    return jax.tree_util.tree_map(lambda x: x[i], cases)
+
+
+def masks(n):
+    return ((np.arange(1 << n)[:, None] >> np.arange(n)) & 1).astype(bool)

@@ -1,0 +1,247 @@
+"""The exact engine on random pipelines: brute force, jit vs eager, vmap vs loops,
+prefix sharing, chunking, recompiles, gradients and bad input."""
+
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+from helpers import (
+    chain_pipeline,
+    dag_pipeline,
+    first,
+    masks,
+    random_chain_cases,
+    random_dag_cases,
+    take,
+)
+
+import blamejax as bj
+from blamejax import _exact
+
+
+def loop_values(pipeline, cases, worlds, n):
+    """v[f, w, m] by a plain Python loop over failures, worlds and masks (no vmap)."""
+    structure = bj.discover(pipeline, first(cases))
+    num_f, num_w = worlds.key.shape
+    score = jax.jit(lambda c, w, m: bj.run_score(pipeline, structure, c, w, bj.mask_plan(structure, range(n), [1] * n, m)))
+    out = np.zeros((num_f, num_w, 1 << n))
+    for f in range(num_f):
+        for w in range(num_w):
+            world = bj.World(key=worlds.key[f, w])
+            for m, mask in enumerate(masks(n)):
+                out[f, w, m] = score(take(cases, f), world, jnp.asarray(mask))
+    return out
+
+
+@pytest.mark.parametrize("kind", ["chain", "dag"])
+def test_exact_equals_loop_and_brute_force(kind, getkey):
+    if kind == "chain":
+        n, pipeline = 4, chain_pipeline
+        cases = random_chain_cases(getkey(), n, num_cases=3, neg_inf=0.2)
+    else:
+        n, pipeline = 4, dag_pipeline
+        cases = random_dag_cases(getkey(), num_cases=3)
+    worlds = bj.fresh_worlds(getkey(), 3, 2)
+    v = loop_values(pipeline, cases, worlds, n).mean(axis=1)
+    result = bj.exact_blame(pipeline, cases, worlds, interactions=True)
+    for f in range(3):
+        ref = bj.attribute(jnp.asarray(v[f], jnp.float32), interactions=True)
+        np.testing.assert_allclose(result.shapley[f], ref.shapley, atol=1e-6)
+        np.testing.assert_allclose(result.interactions[f], ref.interactions, atol=1e-6)
+        np.testing.assert_allclose(result.full[f], v[f, -1], atol=1e-6)
+        np.testing.assert_allclose(result.empty[f], v[f, 0], atol=1e-6)
+    np.testing.assert_allclose(result.shapley.sum(1), result.total, atol=1e-5)
+    assert np.abs(np.asarray(result.shapley)).max() > 1e-3  # not a trivial instance
+
+
+def test_vmapped_cube_equals_mask_loop(getkey):
+    n = 5
+    cases = random_chain_cases(getkey(), n, num_cases=1, neg_inf=0.3)
+    case = first(cases)
+    structure = bj.discover(chain_pipeline, case)
+    world = bj.World(key=getkey())
+    cube = bj.coalition_values(chain_pipeline, structure, case, world, range(n), [1] * n)
+    by_mask = bj.mask_values(chain_pipeline, structure, case, world, range(n), [1] * n, jnp.asarray(masks(n)))
+    np.testing.assert_array_equal(cube, by_mask)
+    assert not np.isnan(np.asarray(cube)).any()
+
+
+def test_jit_equals_eager(getkey):
+    n = 4
+    case = first(random_chain_cases(getkey(), n, num_cases=1))
+    structure = bj.discover(chain_pipeline, case)
+    world = bj.World(key=getkey())
+
+    def f(c, w):
+        return bj.attribute(bj.coalition_values(chain_pipeline, structure, c, w, range(n), [1] * n)).shapley
+
+    np.testing.assert_allclose(f(case, world), jax.jit(f)(case, world), atol=1e-6)
+
+
+def test_reproducible(getkey):
+    cases = random_chain_cases(jr.key(3), 5, num_cases=4)
+    a = bj.exact_blame(chain_pipeline, cases, bj.fresh_worlds(7, 4, 3))
+    b = bj.exact_blame(chain_pipeline, cases, bj.fresh_worlds(7, 4, 3))
+    np.testing.assert_array_equal(a.shapley, b.shapley)
+    c = bj.exact_blame(chain_pipeline, cases, bj.fresh_worlds(8, 4, 3))
+    assert not np.array_equal(a.shapley, c.shapley)
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 6, 7, 8])
+def test_prefix_sharing_cost(n):
+    """A chain's table costs 2^(n+1) - 2 step evaluations, not n * 2^n."""
+    case = first(random_chain_cases(jr.key(0), n, num_cases=1))
+    structure = bj.discover(chain_pipeline, case)
+    count = bj.count_step_evaluations(chain_pipeline, structure, case, bj.World(key=jr.key(1)))
+    assert count == 2 ** (n + 1) - 2
+    if n >= 3:
+        assert count < n * 2**n
+
+
+def test_prefix_sharing_cost_dag():
+    """In the DAG, s1 and s2 each see 2 bits (4 runs), s3 sees all 4 bits (16 runs)."""
+    case = first(random_dag_cases(jr.key(0), 1))
+    structure = bj.discover(dag_pipeline, case)
+    assert bj.count_step_evaluations(dag_pipeline, structure, case, bj.World(key=jr.key(1))) == 2 + 4 + 4 + 16
+
+
+def test_chunks_and_world_groups_agree(monkeypatch, getkey):
+    cases = random_chain_cases(getkey(), 5, num_cases=7)
+    worlds = bj.fresh_worlds(getkey(), 7, 4)
+    whole = bj.exact_blame(chain_pipeline, cases, worlds)
+    chunked = bj.exact_blame(chain_pipeline, cases, worlds, chunk_size=2)
+    monkeypatch.setattr(_exact, "DEFAULT_BUDGET", 64)  # forces worlds to be scanned in groups
+    grouped = bj.exact_blame(chain_pipeline, cases, worlds)
+    np.testing.assert_allclose(chunked.shapley, whole.shapley, atol=1e-6)
+    np.testing.assert_allclose(grouped.shapley, whole.shapley, atol=1e-6)
+    np.testing.assert_array_equal(chunked.last_step, whole.last_step)
+
+
+def test_no_recompiles_across_batch_sizes(getkey):
+    cases = random_chain_cases(getkey(), 3, num_cases=16, num_options=3)
+    traces_before = dict(_exact.TRACE_COUNTS)
+    for size in (5, 6, 5, 6, 6):
+        sub = jax.tree_util.tree_map(lambda x: x[:size], cases)
+        bj.exact_blame(chain_pipeline, sub, bj.fresh_worlds(0, size, 2))
+    new = {k: v - traces_before.get(k, 0) for k, v in _exact.TRACE_COUNTS.items()}
+    assert sum(new.values()) == 1  # 5 and 6 share the bucket of 6: one trace in all
+    for size in (7, 8, 7):  # bucket 8: one more trace
+        sub = jax.tree_util.tree_map(lambda x: x[:size], cases)
+        bj.exact_blame(chain_pipeline, sub, bj.fresh_worlds(0, size, 2))
+    new = {k: v - traces_before.get(k, 0) for k, v in _exact.TRACE_COUNTS.items()}
+    assert sum(new.values()) == 2
+
+
+def test_relaxed_gradients_finite_nonzero(getkey):
+    n = 3
+    case = first(random_chain_cases(getkey(), n, num_cases=1))
+    structure = bj.discover(chain_pipeline, case)
+    world = bj.World(key=getkey())
+
+    def blame_of_last(tables):
+        c = dict(case, tables=tables)
+        v = bj.coalition_values(chain_pipeline, structure, c, world, range(n), [1] * n, bj.Relaxed(0.5))
+        return bj.attribute(v, interactions=False).shapley[-1]
+
+    grads = jax.jit(jax.grad(blame_of_last))(case["tables"])
+    fix_grads = [np.asarray(g[1]) for g in grads]  # variant 1 = the fix
+    assert all(np.isfinite(g).all() for g in fix_grads)
+    assert max(np.abs(g).max() for g in fix_grads) > 1e-4
+
+
+def test_relaxed_approaches_hard(getkey):
+    n = 3
+    case = first(random_chain_cases(getkey(), n, num_cases=1))
+    structure = bj.discover(chain_pipeline, case)
+    world = bj.World(key=getkey())
+    hard = bj.coalition_values(chain_pipeline, structure, case, world, range(n), [1] * n)
+    soft = bj.coalition_values(chain_pipeline, structure, case, world, range(n), [1] * n, bj.Relaxed(1e-3))
+    np.testing.assert_allclose(soft, hard, atol=1e-3)
+
+
+# -- bad input ---------------------------------------------------------------------------
+
+
+def test_error_wrong_table_shape():
+    def pipeline(ctx, case):
+        a = ctx.choose("a", case["a"])
+        b = ctx.choose("b", case["b"], given=a)
+        return b.take(jnp.ones(3))
+
+    cases = dict(a=jnp.zeros((2, 2, 4)), b=jnp.zeros((2, 2, 5, 3)))
+    with pytest.raises(ValueError, match="step 'b' have 5 rows on parent axis 0 but the parent choice has 4 options"):
+        bj.exact_blame(pipeline, cases, bj.recorded_worlds(0, 2))
+    cases = dict(a=jnp.zeros((2, 2, 4)), b=jnp.zeros((2, 2, 3)))
+    with pytest.raises(ValueError, match=r"logits of step 'b' must have shape \[V, K_parent0, K\]"):
+        bj.exact_blame(pipeline, cases, bj.recorded_worlds(0, 2))
+
+
+def test_error_nan_logits(getkey):
+    cases = random_chain_cases(getkey(), 3, num_cases=2)
+    cases["tables"][1] = cases["tables"][1].at[1, 0, 2, 1].set(jnp.nan)
+    with pytest.raises(ValueError, match=r"\['tables'\]\[1\]` contains NaN \(first at index \[1, 0, 2, 1\]\)"):
+        bj.exact_blame(chain_pipeline, cases, bj.recorded_worlds(0, 2))
+
+
+def test_error_unknown_step_and_fix(getkey):
+    cases = random_chain_cases(getkey(), 3, num_cases=2)
+    worlds = bj.recorded_worlds(0, 2)
+    with pytest.raises(ValueError, match=r"unknown step 'planner'; this pipeline's steps are \['s0', 's1', 's2'\]"):
+        bj.exact_blame(chain_pipeline, cases, worlds, steps=["s0", "planner"])
+    with pytest.raises(ValueError, match=r"`fixes\['s1'\]` must be a variant in \[1, 2\), got 2"):
+        bj.exact_blame(chain_pipeline, cases, worlds, fixes={"s1": 2})
+
+
+def test_error_step_without_fix(getkey):
+    cases = random_chain_cases(getkey(), 3, num_cases=2, num_variants=1)
+    with pytest.raises(ValueError, match="step 's0' has no fix: its logits have 1 variant"):
+        bj.exact_blame(chain_pipeline, cases, bj.recorded_worlds(0, 2))
+
+
+def test_error_too_many_steps(getkey):
+    cases = random_chain_cases(getkey(), 5, num_cases=1)
+    with pytest.raises(ValueError, match=r"n = 5 steps needs 2\^5 coalitions.*above `max_steps` = 4.*blamejax.mc_shapley"):
+        bj.exact_blame(chain_pipeline, cases, bj.recorded_worlds(0, 1), max_steps=4)
+
+
+def test_error_zero_failures_and_worlds(getkey):
+    cases = random_chain_cases(getkey(), 3, num_cases=2)
+    empty = jax.tree_util.tree_map(lambda x: x[:0], cases)
+    with pytest.raises(ValueError, match="`cases` holds zero failures"):
+        bj.exact_blame(chain_pipeline, empty, bj.recorded_worlds(0, 2))
+    worlds = bj.fresh_worlds(0, 2, 3)
+    no_worlds = bj.World(key=worlds.key[:, :0])
+    with pytest.raises(ValueError, match="W = 0 worlds"):
+        bj.exact_blame(chain_pipeline, cases, no_worlds)
+    with pytest.raises(ValueError, match=r"`worlds.key` must have shape \[F, W\] = \[2, W\], got \(3, 3\)"):
+        bj.exact_blame(chain_pipeline, cases, bj.fresh_worlds(0, 3, 3))
+
+
+def test_error_score_out_of_range(getkey):
+    cases = random_chain_cases(getkey(), 3, num_cases=2)
+    with pytest.raises(ValueError, match=r"outside the declared `score_range` \(0.0, 0.1\)"):
+        bj.exact_blame(chain_pipeline, cases, bj.recorded_worlds(0, 2), score_range=(0.0, 0.1))
+
+
+def test_error_pipeline_returns_vector():
+    def pipeline(ctx, case):
+        a = ctx.choose("a", case["a"])
+        return jnp.stack([a.index, a.index]).astype(jnp.float32)
+
+    with pytest.raises(ValueError, match=r"must return a scalar score, got an output of shape \(2,\)"):
+        bj.exact_blame(pipeline, dict(a=jnp.zeros((1, 2, 3))), bj.recorded_worlds(0, 1))
+
+
+def test_error_same_slot_twice():
+    def pipeline(ctx, case):
+        ctx.choose("a", case["a"])
+        return ctx.choose("a", case["a"]).take(jnp.ones(3))
+
+    with pytest.raises(ValueError, match="step 'a' draws twice in slot 0"):
+        bj.exact_blame(pipeline, dict(a=jnp.zeros((1, 2, 3))), bj.recorded_worlds(0, 1))
+
+
+def test_error_bad_tau():
+    with pytest.raises(ValueError, match="`tau` must be a positive scalar temperature, got 0.0"):
+        bj.Relaxed(tau=0.0)

@@ -1,0 +1,448 @@
+"""Addressed noise and common random numbers.
+
+Every Gumbel is a pure function of its address (root key, failure, world, step, slot,
+option), so switching a step to its fix can never shift another step's noise. These tests
+check the address scheme itself (`stable_hash`, `gumbel_at`, `gumbel_sites`), that a run's
+noise does not depend on its plan, that fixing one step changes nothing upstream or beside
+it, and that a `-inf` in a table row no run reaches changes nothing.
+"""
+
+import functools
+import math
+import os
+import subprocess
+import sys
+import zlib
+
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+
+import blamejax as bj
+from blamejax._noise import gumbel_sites
+
+NAMES = ("planner", "retriever", "writer", "reviewer", "verify", "étape-ü")
+
+
+# --------------------------------------------------------------------------------------
+# stable_hash
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_stable_hash_is_crc32(name):
+    expected = zlib.crc32(name.encode("utf-8")) & 0x7FFFFFFF
+    assert bj.stable_hash(name) == expected
+    assert 0 <= bj.stable_hash(name) < 2**31
+
+
+def test_stable_hash_same_in_other_processes():
+    """The hash of a step name is the same in processes with different string-hash salts
+    (`PYTHONHASHSEED`), while Python's own `hash` differs between them: the check would
+    fail for a hash built on `hash`."""
+    code = (
+        "import json, sys; from blamejax._noise import stable_hash; "
+        "names = json.loads(sys.argv[1]); "
+        "print(json.dumps([[stable_hash(n) for n in names], [hash(n) for n in names]]))"
+    )
+    import json
+
+    results = []
+    procs = []
+    for seed in ("1", "987654"):
+        env = dict(os.environ, PYTHONHASHSEED=seed, JAX_PLATFORMS="cpu")
+        env["PYTHONPATH"] = os.pathsep.join(
+            [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+            + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+        )
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", code, json.dumps(NAMES)],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    expected = [zlib.crc32(n.encode("utf-8")) & 0x7FFFFFFF for n in NAMES]
+    (stable_1, salted_1), (stable_2, salted_2) = results
+    assert stable_1 == expected
+    assert stable_2 == expected
+    assert stable_1 == [bj.stable_hash(n) for n in NAMES]
+    # the salt really differs between the two processes
+    assert salted_1 != salted_2
+
+
+def test_stable_hash_rejects_non_str():
+    with pytest.raises(TypeError, match="`name` must be a str, got int"):
+        bj.stable_hash(3)
+
+
+# --------------------------------------------------------------------------------------
+# gumbel_at / gumbel_sites: a pure function of the address
+# --------------------------------------------------------------------------------------
+
+
+def _bits(x):
+    return np.asarray(x).view(np.uint32)
+
+
+def test_gumbel_at_same_address_same_values():
+    key = bj.world_key(jr.key(3), 5, 2)
+    first = bj.gumbel_at(key, "retriever", 1, 6)
+    again = bj.gumbel_at(bj.world_key(jr.key(3), 5, 2), "retriever", 1, 6)
+    np.testing.assert_array_equal(_bits(first), _bits(again))
+    # the same under jit, with a traced slot and traced failure / world indices
+    jitted = jax.jit(
+        lambda f, w, slot: bj.gumbel_at(bj.world_key(jr.key(3), f, w), "retriever", slot, 6)
+    )(jnp.int32(5), jnp.int32(2), jnp.int32(1))
+    np.testing.assert_array_equal(_bits(first), _bits(jitted))
+    assert np.all(np.isfinite(np.asarray(first)))
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        dict(step="writer"),
+        dict(slot=1),
+        dict(world=3),
+        dict(failure=1),
+        dict(root=8),
+    ],
+    ids=lambda d: next(iter(d)),
+)
+def test_gumbel_at_different_address_different_values(other):
+    base = dict(root=7, failure=0, world=2, step="retriever", slot=0)
+    changed = {**base, **other}
+
+    def draw(a):
+        return np.asarray(bj.gumbel_at(bj.world_key(jr.key(a["root"]), a["failure"], a["world"]), a["step"], a["slot"], 8))
+
+    x, y = draw(base), draw(changed)
+    # independent continuous draws: no option coincides
+    assert np.all(x != y), (x, y)
+
+
+def test_gumbel_at_options_differ_and_do_not_depend_on_num_options():
+    key = bj.world_key(jr.key(11), 2, 1)
+    wide = np.asarray(bj.gumbel_at(key, "writer", 2, 12))
+    assert len(np.unique(wide)) == 12  # different option -> different value
+    for num_options in (1, 3, 5, 11):
+        narrow = np.asarray(bj.gumbel_at(key, "writer", 2, num_options))
+        np.testing.assert_array_equal(_bits(narrow), _bits(wide[:num_options]))
+
+
+def test_gumbel_sites_rows_equal_gumbel_at():
+    key = bj.world_key(jr.key(4), 3, 0)
+    steps = ("planner", "retriever", "retriever", "writer", "étape-ü")
+    slots = (0, 0, 3, 1, 0)
+    for num_options in (2, 7):
+        table = np.asarray(gumbel_sites(key, steps, slots, num_options))
+        assert table.shape == (len(steps), num_options)
+        for row, (step, slot) in zip(table, zip(steps, slots)):
+            np.testing.assert_array_equal(_bits(row), _bits(bj.gumbel_at(key, step, slot, num_options)))
+            # and row i equals gumbel_at(..., K)[:num_options] for a larger K
+            np.testing.assert_array_equal(_bits(row), _bits(bj.gumbel_at(key, step, slot, 9)[:num_options]))
+    jitted = jax.jit(lambda k: gumbel_sites(k, steps, slots, 7))(key)
+    np.testing.assert_array_equal(_bits(jitted), _bits(gumbel_sites(key, steps, slots, 7)))
+
+
+def test_gumbel_at_is_standard_gumbel():
+    """Probabilistic (fixed seed): 20,000 addressed draws (options of one address and
+    worlds of one step) have the mean (Euler's gamma), variance (pi^2/6) and CDF
+    exp(-exp(-x)) of a standard Gumbel within 5 standard errors."""
+    key = bj.world_key(jr.key(0), 0, 0)
+    over_options = np.asarray(bj.gumbel_at(key, "planner", 0, 20_000), np.float64)
+    keys = jax.vmap(lambda w: bj.world_key(jr.key(0), 0, w))(jnp.arange(20_000))
+    over_worlds = np.asarray(jax.vmap(lambda k: bj.gumbel_at(k, "planner", 0, 1)[0])(keys), np.float64)
+    for x in (over_options, over_worlds):
+        n = x.size
+        variance = math.pi**2 / 6
+        assert abs(x.mean() - np.euler_gamma) < 5 * math.sqrt(variance / n)
+        # var of the sample variance for a Gumbel: (mu4 - sigma^4) / n, excess kurtosis 12/5
+        var_se = math.sqrt((12 / 5 + 2) * variance**2 / n)
+        assert abs(x.var() - variance) < 5 * var_se
+        for q in (-1.0, 0.0, 0.5, 2.0, 4.0):
+            p = math.exp(-math.exp(-q))
+            assert abs(np.mean(x <= q) - p) < 5 * math.sqrt(p * (1 - p) / n)
+
+
+# --------------------------------------------------------------------------------------
+# Random pipelines: a chain and a DAG (a two-parent step, a two-slot step, a free-form step)
+# --------------------------------------------------------------------------------------
+
+
+def _table(rng, shape, neg_inf=0.25):
+    """Random logits with some -inf entries, at least one finite option per row."""
+    table = rng.normal(size=shape).astype(np.float32)
+    impossible = rng.random(shape) < neg_inf
+    keep = rng.integers(shape[-1], size=shape[:-1])
+    np.put_along_axis(impossible, keep[..., None], False, axis=-1)
+    table[impossible] = -np.inf
+    return table
+
+
+def chain(ctx, case):
+    a = ctx.choose("a", case["a"])
+    b = ctx.choose("b", case["b"], given=a)
+    c = ctx.choose("c", case["c"], given=b)
+    d = ctx.choose("d", case["d"], given=c)
+    return d.take(case["reward"])
+
+
+CHAIN_PARENTS = {"a": (), "b": ("a",), "c": ("b",), "d": ("c",)}
+
+
+def chain_cases(rng, num_cases, num_options=(3, 4, 2, 5), num_variants=(2, 3, 2, 2)):
+    ka, kb, kc, kd = num_options
+    va, vb, vc, vd = num_variants
+    f = num_cases
+    return dict(
+        a=jnp.asarray(_table(rng, (f, va, ka))),
+        b=jnp.asarray(_table(rng, (f, vb, ka, kb))),
+        c=jnp.asarray(_table(rng, (f, vc, kb, kc))),
+        d=jnp.asarray(_table(rng, (f, vd, kc, kd))),
+        reward=jnp.asarray(rng.random((f, kd)).astype(np.float32)),
+    )
+
+
+def dag(ctx, case):
+    a = ctx.choose("a", case["a"])
+    b = ctx.choose("b", case["b"], given=a)
+    c = ctx.choose("c", case["c"], given=a)  # drawn after b, but not a descendant of b
+    d = ctx.choose("d", case["d"], given=(b, c))  # two parents
+    e0 = ctx.choose("e", case["e"], given=d, slot=0)  # a step that draws twice
+    e1 = ctx.choose("e", case["e"], given=d, slot=1)
+    # a free-form step: its logits are computed from an upstream choice
+    logits = case["f"] + c.take(case["f_bias"])[None, :]
+    f = ctx.choose("f", logits)
+    return 0.5 * e0.take(case["reward_e"]) + 0.25 * e1.take(case["reward_e"]) + 0.25 * f.take(case["reward_f"])
+
+
+DAG_PARENTS = {"a": (), "b": ("a",), "c": ("a",), "d": ("b", "c"), "e": ("d",), "f": ("c",)}
+
+
+def dag_cases(rng, num_cases):
+    f = num_cases
+    ka, kb, kc, kd, ke, kf = 3, 2, 4, 3, 5, 3
+    return dict(
+        a=jnp.asarray(_table(rng, (f, 2, ka))),
+        b=jnp.asarray(_table(rng, (f, 2, ka, kb))),
+        c=jnp.asarray(_table(rng, (f, 3, ka, kc))),
+        d=jnp.asarray(_table(rng, (f, 2, kb, kc, kd))),
+        e=jnp.asarray(_table(rng, (f, 2, kd, ke))),
+        f=jnp.asarray(_table(rng, (f, 2, kf))),
+        f_bias=jnp.asarray(rng.normal(size=(f, kc, kf)).astype(np.float32)),
+        reward_e=jnp.asarray(rng.random((f, ke)).astype(np.float32)),
+        reward_f=jnp.asarray(rng.random((f, kf)).astype(np.float32)),
+    )
+
+
+def _descendants(parents, step):
+    out = {step}
+    changed = True
+    while changed:
+        changed = False
+        for child, ps in parents.items():
+            if child not in out and any(p in out for p in ps):
+                out.add(child)
+                changed = True
+    return out
+
+
+def _first(cases):
+    return jax.tree_util.tree_map(lambda x: x[0], cases)
+
+
+PIPELINES = [
+    pytest.param(chain, chain_cases, CHAIN_PARENTS, id="chain"),
+    pytest.param(dag, dag_cases, DAG_PARENTS, id="dag"),
+]
+
+
+@pytest.mark.parametrize("pipeline, make_cases, parents", PIPELINES)
+def test_noise_does_not_depend_on_plan(pipeline, make_cases, parents):
+    """The noise every draw sees is its addressed Gumbel, whatever the plan: factual, all
+    fixed, or every draw forced to some option."""
+    rng = np.random.default_rng(0)
+    num_cases = 4
+    cases = make_cases(rng, num_cases)
+    structure = bj.discover(pipeline, _first(cases))
+    num_steps = structure.num_steps
+    players = tuple(range(num_steps))
+    keys = bj.recorded_worlds(5, num_cases).key[:, 0]
+    forced = jnp.asarray(rng.integers(0, 2, size=(num_cases, len(structure.sites))), jnp.int32)
+
+    def traces(case, key, forced_row):
+        world = bj.World(key=key)
+        plans = [
+            bj.factual_plan(structure),
+            bj.mask_plan(structure, players, [1] * num_steps, jnp.ones(num_steps, bool)),
+            bj.observed_plan(structure, forced_row),
+        ]
+        return [bj.trace_run(pipeline, structure, case, world, p)["noise"] for p in plans]
+
+    out = jax.jit(jax.vmap(traces))(cases, keys, forced)
+    for f in range(num_cases):
+        for i, site in enumerate(structure.sites):
+            addressed = bj.gumbel_at(keys[f], site.step, site.slot, site.num_options)
+            for noise in out:
+                np.testing.assert_array_equal(_bits(noise[i][f]), _bits(addressed))
+
+
+@pytest.mark.parametrize("pipeline, make_cases, parents", PIPELINES)
+def test_common_random_numbers_one_step_fixed(pipeline, make_cases, parents):
+    """Fixing exactly one step (a `mask_plan` with one bit set) leaves the noise of every
+    site bit-identical, and every choice of a step that is not a descendant of the fixed
+    step unchanged (in particular every site drawn before it). The fixes must change some
+    downstream choice somewhere, or the check would be empty."""
+    rng = np.random.default_rng(1)
+    num_cases = 24
+    cases = make_cases(rng, num_cases)
+    structure = bj.discover(pipeline, _first(cases))
+    assert set(structure.steps) == set(parents)
+    num_steps = structure.num_steps
+    players = tuple(range(num_steps))
+    fixes = tuple(1 for _ in players)
+    masks = jnp.eye(num_steps, dtype=bool)
+    worlds = bj.recorded_worlds(2, num_cases)
+
+    def run(case, key):
+        world = bj.World(key=key)
+        factual = bj.trace_run(pipeline, structure, case, world, bj.factual_plan(structure))
+
+        def fixed_one(mask):
+            return bj.trace_run(pipeline, structure, case, world, bj.mask_plan(structure, players, fixes, mask))
+
+        return factual, jax.vmap(fixed_one)(masks)
+
+    factual, fixed = jax.jit(jax.vmap(run))(cases, worlds.key[:, 0])
+    some_change = False
+    for i, step in enumerate(structure.steps):
+        first_site = min(j for j, s in enumerate(structure.sites) if s.step == step)
+        downstream = _descendants(parents, step)
+        for j, site in enumerate(structure.sites):
+            np.testing.assert_array_equal(
+                _bits(fixed["noise"][j][:, i]), _bits(factual["noise"][j]), err_msg=f"fix {step}, site {site}"
+            )
+            same = np.asarray(fixed["choice"][:, i, j]) == np.asarray(factual["choice"][:, j])
+            if j < first_site or site.step not in downstream:
+                assert same.all(), f"fixing {step!r} changed the choice of {site}"
+                np.testing.assert_array_equal(
+                    np.asarray(fixed["logits"][j][:, i]), np.asarray(factual["logits"][j])
+                )
+            elif not same.all():
+                some_change = True
+        assert np.all(np.asarray(fixed["variant"][:, i]) == np.asarray([s.step == step for s in structure.sites]))
+    assert some_change
+
+
+# --------------------------------------------------------------------------------------
+# A -inf in a row no run reaches changes nothing (hard and relaxed)
+# --------------------------------------------------------------------------------------
+
+
+def two_step(ctx, case):
+    a = ctx.choose("a", case["a"])
+    b = ctx.choose("b", case["b"], given=a)
+    c = ctx.choose("c", case["c"], given=b)
+    return c.take(case["reward"])
+
+
+def _unreached_cases(rng, num_cases, row):
+    """Option 2 of step `a` is impossible in every variant, so row 2 of `b`'s table is
+    never reached. `row` is what that row holds: finite, partly -inf, or all -inf."""
+    a = rng.normal(size=(num_cases, 2, 3)).astype(np.float32)
+    a[:, :, 2] = -np.inf
+    b = rng.normal(size=(num_cases, 2, 3, 4)).astype(np.float32)
+    if row == "partly -inf":
+        b[:, :, 2, 1:3] = -np.inf
+    elif row == "all -inf":
+        b[:, :, 2, :] = -np.inf
+    c = rng.normal(size=(num_cases, 2, 4, 3)).astype(np.float32)
+    return dict(
+        a=jnp.asarray(a),
+        b=jnp.asarray(b),
+        c=jnp.asarray(c),
+        reward=jnp.asarray(rng.random((num_cases, 3)).astype(np.float32)),
+    )
+
+
+_UNREACHED_PLAYERS, _UNREACHED_FIXES = (0, 1, 2), (1, 1, 1)
+
+
+@functools.cache
+def _unreached_runner(mode):
+    """One compiled function per mode: every coalition's score from the cube
+    (`coalition_values`) and, from `trace_run`, every coalition's choices and score."""
+    structure = bj.discover(two_step, _first(_unreached_cases(np.random.default_rng(0), 1, "finite")))
+    players, fixes = _UNREACHED_PLAYERS, _UNREACHED_FIXES
+    masks = jnp.asarray([[(m >> j) & 1 for j in range(3)] for m in range(8)], bool)
+
+    def one_world(case, key):
+        world = bj.World(key=key)
+        cube = bj.coalition_values(two_step, structure, case, world, players, fixes, mode)
+
+        def traced(mask):
+            plan = bj.mask_plan(structure, players, fixes, mask)
+            out = bj.trace_run(two_step, structure, case, world, plan, mode)
+            return out["choice"], out["score"]
+
+        choices, scores = jax.vmap(traced)(masks)
+        return cube, choices, scores
+
+    return jax.jit(jax.vmap(jax.vmap(one_world, in_axes=(None, 0))))
+
+
+@pytest.mark.parametrize("mode", [bj.Hard(), bj.Relaxed(tau=0.5)], ids=["hard", "relaxed"])
+def test_neg_inf_in_unreached_row_changes_nothing(mode):
+    """Option 2 of step `a` is impossible, so row 2 of `b`'s table is never reached (in
+    relaxed mode its weight is exactly 0). Making that row partly or wholly -inf changes
+    no coalition's score (`coalition_values`) and no run's choices, and gives no NaN."""
+    num_cases, num_worlds = 6, 3
+    worlds = bj.fresh_worlds(0, num_cases, num_worlds)
+    run = _unreached_runner(mode)
+    v_finite, c_finite, s_finite = (
+        np.asarray(x) for x in run(_unreached_cases(np.random.default_rng(3), num_cases, "finite"), worlds.key)
+    )
+    assert v_finite.shape == (num_cases, num_worlds, 8)
+    # the values are not trivial: they differ across coalitions and cases
+    assert len(np.unique(v_finite)) > 4
+    # trace and cube agree (exactly when hard; to float rounding when relaxed, since the
+    # two are compiled differently)
+    if isinstance(mode, bj.Hard):
+        np.testing.assert_array_equal(s_finite, v_finite)
+    else:
+        np.testing.assert_allclose(s_finite, v_finite, rtol=1e-6)
+    for row in ("partly -inf", "all -inf"):
+        cases = _unreached_cases(np.random.default_rng(3), num_cases, row)
+        assert np.isneginf(np.asarray(cases["b"])).any()
+        v_inf, c_inf, s_inf = (np.asarray(x) for x in run(cases, worlds.key))
+        assert np.all(np.isfinite(v_inf)) and np.all(np.isfinite(s_inf))
+        np.testing.assert_array_equal(v_inf, v_finite, err_msg=row)
+        np.testing.assert_array_equal(c_inf, c_finite, err_msg=row)
+        np.testing.assert_array_equal(s_inf, s_finite, err_msg=row)
+
+
+def test_neg_inf_in_unreached_row_relaxed_gradient_is_finite():
+    """In relaxed mode the gradient of the score with respect to the tables holds no NaN
+    when a table has -inf entries (`0 * -inf` would give NaN)."""
+    cases = _unreached_cases(np.random.default_rng(4), 1, "partly -inf")
+    case = _first(cases)
+    structure = bj.discover(two_step, case)
+    world = bj.World(key=bj.world_key(jr.key(0), 0, 1))
+    plan = bj.factual_plan(structure)
+
+    def score(tables):
+        return bj.run_score(two_step, structure, {**case, **tables}, world, plan, bj.Relaxed(tau=0.5))
+
+    grads = jax.jit(jax.grad(score))({"a": case["a"], "b": case["b"], "c": case["c"]})
+    for name, g in grads.items():
+        assert np.all(np.isfinite(np.asarray(g))), name
+    assert any(np.any(np.asarray(g) != 0) for g in grads.values())
