@@ -125,7 +125,7 @@ def abduct_gumbels(
     ``argmax`` would break the wrong way.
 
     Vectorise with `jax.vmap` over steps, worlds and failures. The observed option's
-    logit must be finite: `abduct_worlds` checks this eagerly; here, inside `jit`, an
+    logit must be finite: `inferred_worlds` checks this eagerly; here, inside `jit`, an
     impossible observation raises through `equinox.error_if`.
 
     **Arguments:**

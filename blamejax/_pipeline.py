@@ -16,6 +16,7 @@ number of steps, and `jnp.where` for data-dependent choices.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple
 
 import equinox as eqx
@@ -243,9 +244,9 @@ class Context:
             logits = logits + _lift(jnp.asarray(step_plan.shift, logits.dtype), logits)
         if isinstance(self.mode, Hard):
             if tabulated:
-                index = _tabulated_hard(logits, noise, variant, parents)
+                index = _tabulated_hard(logits, noise, variant, parents, step)
             else:
-                index = _step_eval(_free_hard)(logits, noise, variant)
+                index = _free_hard_step(logits, noise, variant, step)
             probs = None
         else:
             probs = _relaxed_probs(logits, noise, variant, parents, self.mode)
@@ -289,10 +290,10 @@ def _is_active(x, pred) -> bool:
     return bool(np.any(pred(np.asarray(x))))
 
 
-def _step_eval(fn):
+def _step_eval(fn, **kwargs):
     """Mark one step evaluation in the jaxpr (a named `pjit`), so that
     `count_step_evaluations` can count how many times each step runs after `vmap`."""
-    return jax.jit(fn)
+    return jax.jit(fn, **kwargs)
 
 
 @_step_eval
@@ -300,10 +301,31 @@ def _gather_choice(table, flat_index):
     return table.reshape(-1)[flat_index]
 
 
-def _tabulated_hard(logits, noise, variant, parents):
+_HARD_GRADIENT_MESSAGE = (
+    "a gradient was requested through the hard (Gumbel-max) choice of step {step!r}. argmax "
+    "has zero gradient almost everywhere, so this gradient would silently be zero. To "
+    "differentiate blame with respect to logits, evaluate in relaxed mode: "
+    "mode=blamejax.Relaxed(tau) (Gumbel-softmax) or blamejax.Relaxed(tau, straight_through=True) "
+    "(hard values forward, relaxed gradients backward)."
+)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
+def hard_argmax(logits, noise, step: str = "?"):
+    """`argmax(logits + noise)` over the last axis, as int32. Differentiating it with respect
+    to the logits raises a `ValueError` that explains how to get a useful gradient."""
+    return jnp.argmax(logits + _lift(noise, logits), axis=-1).astype(jnp.int32)
+
+
+@hard_argmax.defjvp
+def _hard_argmax_jvp(step, primals, tangents):
+    raise ValueError(_HARD_GRADIENT_MESSAGE.format(step=step))
+
+
+def _tabulated_hard(logits, noise, variant, parents, step="?"):
     # The argmax over every [variant, parent] row depends only on the world, so under
     # the coalition vmaps it is computed once per world; the run itself is a 1-D gather.
-    best = jnp.argmax(logits + _lift(noise, logits), axis=-1).astype(jnp.int32)  # [V, *K_parents]
+    best = hard_argmax(logits, noise, step)  # [V, *K_parents]
     flat = jnp.asarray(variant, jnp.int32)
     for axis, parent in enumerate(parents):
         flat = flat * logits.shape[1 + axis] + parent.index
@@ -315,9 +337,12 @@ def _lift(noise, logits):
     return noise.astype(logits.dtype).reshape((1,) * (logits.ndim - 1) + noise.shape)
 
 
-def _free_hard(logits, noise, variant):
+def _free_hard(logits, noise, variant, step="?"):
     row = jnp.take(logits, variant, axis=0)
-    return jnp.argmax(row + noise).astype(jnp.int32)
+    return hard_argmax(row, noise, step)
+
+
+_free_hard_step = _step_eval(_free_hard, static_argnums=(3,))
 
 
 def _relaxed_probs(logits, noise, variant, parents, mode: Relaxed):

@@ -1,0 +1,435 @@
+"""Batch blame over a test set.
+
+Every case is run once as it happened; only the failures are analysed, visited in a
+seeded random order. Per failure the Shapley values are exact (or, for many steps, a
+fixed-budget Monte Carlo estimate: adaptively stopped per-failure estimates are biased and
+would invalidate the interval across failures). Across failures the mean Shapley value of
+each step gets an anytime-valid confidence interval, and the batch can stop as soon as the
+top step is separated from all others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+from jaxtyping import Array, Float, Int
+
+from ._bounds import bernstein_radius, checkpoint_delta, checkpoints, normal_radius
+from ._evaluate import mask_plan, mask_values
+from ._exact import _check_score_range, exact_blame, resolve_players
+from ._pipeline import Hard, World
+from ._replay import replay
+from ._structure import discover
+from ._worlds import _leading_size, as_key, fresh_worlds, inferred_worlds, recorded_worlds
+
+NOISE_MODES = {
+    "recorded": "counterfactual, this run's own luck: had this step run its fix, with the "
+    "recorded noise replayed exactly, would the run have succeeded?",
+    "inferred": "counterfactual, posterior luck: the noise abducted from the observed choices "
+    "alone (Gumbel-max coupling), averaged over posterior worlds",
+    "fresh": "interventional, new luck: how much does fixing this step help on average over "
+    "fresh noise (not about this particular run)",
+}
+INTERVAL_RULES = ("bernstein", "normal")
+EXACT_AUTO_LIMIT = 14
+
+
+class BatchResult(eqx.Module):
+    """Blame over a test set. Step axes follow `steps`; failure axes follow `failure_ids`
+    (the analysed failures, in the seeded order they were visited).
+
+    - `noise`, `question`: the noise mode and the question it answers.
+    - `num_cases`, `num_failures`: cases run, and failures among them (score < threshold).
+    - `failure_ids`: `Int[Array, "A"]`, case index of each analysed failure (A <= num_failures).
+    - `shapley`: `Float[Array, "A n"]` per-failure Shapley values; `total`, `empty`, `full`:
+      `[A]` total repair v(all) - v(empty), v(empty), v(all) (means over worlds).
+    - `resolve`: `Float[Array, "A n"]`, per failure the share of worlds in which fixing the step
+      alone reaches the threshold.
+    - `last_step`: `Int[Array, "A W"]`, last-step blame per world (-1: no step differs).
+    - `mean_shapley`, `lower`, `upper`: `[n]` mean Shapley value and its anytime-valid interval
+      (rule `interval`) at the last checkpoint reached.
+    - `share_of_repair`: `[n]`, `sum_f phi_fi / sum_f (v_f(all) - v_f(empty))`.
+    - `resolve_rate`: `[n]`, mean of `resolve`; `last_step_rate`: `[n]`, the share of
+      (failure, world) pairs whose last-step blame names the step.
+    - `separated_at`: `{rule: failures needed or None}` for every interval rule on the same
+      stream of failures; `separated`: whether the chosen rule separated the top step.
+    - `factual_choice`, `fixed_choice`: `Int[Array, "A sites"]`, every draw's option in the
+      failed run and in the fully fixed run (world 0), for the drill-down.
+    - `evaluations`: coalition evaluations made (one per case run, plus the analysis).
+    """
+
+    steps: tuple[str, ...] = eqx.field(static=True)
+    site_steps: tuple[str, ...] = eqx.field(static=True)
+    option_names: tuple | None = eqx.field(static=True)
+    noise: str = eqx.field(static=True)
+    question: str = eqx.field(static=True)
+    estimator: str = eqx.field(static=True)
+    interval: str = eqx.field(static=True)
+    delta: float = eqx.field(static=True)
+    threshold: float = eqx.field(static=True)
+    score_range: tuple[float, float] = eqx.field(static=True)
+    num_cases: int = eqx.field(static=True)
+    num_failures: int = eqx.field(static=True)
+    evaluations: int = eqx.field(static=True)
+    separated: bool = eqx.field(static=True)
+    separated_at: dict = eqx.field(static=True)
+    failure_ids: Int[Array, " A"]
+    shapley: Float[Array, "A n"]
+    total: Float[Array, " A"]
+    empty: Float[Array, " A"]
+    full: Float[Array, " A"]
+    resolve: Float[Array, "A n"]
+    last_step: Int[Array, "A W"]
+    mean_shapley: Float[Array, " n"]
+    lower: Float[Array, " n"]
+    upper: Float[Array, " n"]
+    share_of_repair: Float[Array, " n"]
+    resolve_rate: Float[Array, " n"]
+    last_step_rate: Float[Array, " n"]
+    factual_choice: Int[Array, "A sites"]
+    fixed_choice: Int[Array, "A sites"]
+    factual_score: Float[Array, " A"]
+
+    @property
+    def num_analysed(self) -> int:
+        return int(self.failure_ids.shape[0])
+
+    def table(self) -> str:
+        """The terminal table: one row per step."""
+        from ._report import batch_table
+
+        return batch_table(self)
+
+    def to_dict(self) -> dict:
+        """Every field as plain Python values (ready for `json.dump`)."""
+        from ._report import batch_to_dict
+
+        return batch_to_dict(self)
+
+    def to_json(self, path) -> None:
+        """Write `to_dict()` to `path` as JSON."""
+        import json
+
+        with open(path, "w") as f:
+            json.dump(self.to_dict(), f, indent=1)
+
+    def to_dataframe(self):
+        """Per-step summary as a pandas DataFrame (needs pandas installed)."""
+        from ._report import batch_dataframe
+
+        return batch_dataframe(self)
+
+    def to_html(self) -> str:
+        """A single self-contained HTML report (no network, no external assets)."""
+        from ._report import batch_html
+
+        return batch_html(self)
+
+    def save_html(self, path) -> None:
+        """Write `to_html()` to `path`."""
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(self.to_html())
+
+    def _repr_html_(self) -> str:
+        return self.to_html()
+
+    def __str__(self) -> str:
+        return self.table()
+
+
+def _per_failure_resolve(pipeline, structure, cases, worlds, players, fixes, threshold, mode):
+    """Share of worlds in which fixing each player alone reaches the threshold: [F, n]."""
+    n = len(players)
+    masks = jnp.asarray(np.eye(n, dtype=bool))
+
+    def one(case, world):
+        return mask_values(pipeline, structure, case, world, players, fixes, masks, mode) >= threshold
+
+    hits = jax.jit(jax.vmap(jax.vmap(one, in_axes=(None, 0))))(cases, worlds)
+    return np.asarray(hits, dtype=np.float64).mean(axis=1)
+
+
+def _interval(values: np.ndarray, rule: str, delta_k: float, value_range: float):
+    t = values.shape[0]
+    mean = values.mean(axis=0)
+    variance = values.var(axis=0, ddof=1) if t >= 2 else np.full(values.shape[1], np.inf)
+    if rule == "bernstein":
+        radius = bernstein_radius(t, variance, value_range, delta_k) if t >= 2 else np.full_like(mean, np.inf)
+    else:
+        radius = normal_radius(t, variance, delta_k)
+    return mean, mean - radius, mean + radius
+
+
+def _top_separated(mean, lower, upper) -> bool:
+    top = int(np.argmax(mean))
+    others = np.delete(np.arange(mean.shape[0]), top)
+    return bool(np.all(lower[top] > upper[others]))
+
+
+def blame_batch(
+    pipeline: Callable,
+    cases,
+    key,
+    *,
+    noise: str = "recorded",
+    num_worlds: int = 8,
+    observed=None,
+    steps: Sequence[str] | None = None,
+    fixes: dict | None = None,
+    score_range: tuple[float, float] = (0.0, 1.0),
+    threshold: float | None = None,
+    estimator: str = "auto",
+    num_permutations: int = 64,
+    interval: str = "bernstein",
+    delta: float = 0.1,
+    stop_early: bool = False,
+    first_checkpoint: int = 10,
+    growth: float = 1.5,
+    max_failures: int | None = None,
+    option_names: dict | None = None,
+    mode=Hard(),
+    progress: bool = False,
+) -> BatchResult:
+    """Blame every failure of a test set and summarise across failures.
+
+    **Arguments:**
+    - `pipeline`: `pipeline(ctx, case) -> score`.
+    - `cases`: the test set, a pytree with a leading case axis.
+    - `key`: root key or int seed. Case i's recorded noise is world 0 of `fold_in(key, i)`;
+      the same key also seeds the visiting order, fresh worlds and abduction.
+    - `noise`: `"recorded"`, `"inferred"` or `"fresh"` (see `NOISE_MODES`).
+    - `num_worlds`: W for inferred and fresh noise (recorded noise has one world).
+    - `observed`: for `"inferred"`, `Int[Array, "cases sites"]` observed choices from a log;
+      default: the choices of the recorded run (as if the log kept choices but not noise).
+    - `steps`, `fixes`: the players and their fix variants (see `exact_blame`).
+    - `score_range`: the declared score range; `threshold`: a run passes when its score is
+      >= threshold (default: the top of the range).
+    - `estimator`: `"exact"`, `"mc"` (fixed number of permutations per failure) or `"auto"`
+      (exact up to 14 steps).
+    - `num_permutations`: permutations per failure and world for `"mc"`.
+    - `interval`: `"bernstein"` (finite-sample, empirical Bernstein, width
+      `2 (s_max - s_min)`) or `"normal"` (asymptotic, no finite-sample guarantee).
+    - `delta`: error probability of all intervals together (anytime valid: checkpoint k of
+      the failure stream gets `delta / (n k (k+1))` per step).
+    - `stop_early`: stop at the first checkpoint where the top step's interval is disjoint
+      from every other step's (otherwise analyse every failure and report where it would
+      have stopped).
+    - `first_checkpoint`, `growth`: checkpoints `ceil(first * growth^(k-1))` failures.
+    - `max_failures`: analyse at most this many failures.
+    - `option_names`: `{step: tuple of option names}` for the reports.
+    - `progress`: show a progress bar (tqdm) over the failure stream.
+
+    **Returns:** a `BatchResult`. An all-passing test set returns a result with no failures
+    whose table says so (nothing to blame is not an error).
+
+    **Raises:** `ValueError` naming the argument for an unknown noise mode, W < 1,
+    malformed cases, bad thresholds.
+    """
+    if noise not in NOISE_MODES:
+        raise ValueError(f"`noise` must be one of {sorted(NOISE_MODES)}, got {noise!r}")
+    if interval not in INTERVAL_RULES:
+        raise ValueError(f"`interval` must be one of {INTERVAL_RULES}, got {interval!r}")
+    if estimator not in ("auto", "exact", "mc"):
+        raise ValueError(f"`estimator` must be 'auto', 'exact' or 'mc', got {estimator!r}")
+    if not isinstance(num_worlds, (int, np.integer)) or num_worlds < 1:
+        raise ValueError(f"`num_worlds` must be a positive int (W >= 1), got {num_worlds!r}")
+    if not 0 < delta < 1:
+        raise ValueError(f"`delta` must be in (0, 1), got {delta!r}")
+    low, high = _check_score_range(score_range)
+    threshold = high if threshold is None else float(threshold)
+    if not low < threshold <= high:
+        raise ValueError(f"`threshold` must lie in ({low}, {high}], got {threshold}")
+    key = as_key(key)
+    num_cases = _leading_size(cases)
+    structure = discover(pipeline, jax.tree_util.tree_map(lambda x: x[0], cases))
+    players, variants = resolve_players(structure, steps, fixes)
+    n = len(players)
+    names = tuple(structure.steps[p] for p in players)
+    if estimator == "auto":
+        estimator = "exact" if n <= EXACT_AUTO_LIMIT else "mc"
+
+    # 1. Every case once, as it happened (recorded noise). A pass costs one evaluation.
+    run = replay(pipeline, cases, recorded_worlds(key, num_cases), mode=mode)
+    scores = np.asarray(run["score"][:, 0])
+    choices = np.asarray(run["choice"][:, 0])
+    failed = np.flatnonzero(scores < threshold)
+    evaluations = num_cases
+    order = np.asarray(jr.permutation(jr.fold_in(key, 0x0BDE), failed.size))
+    failed = failed[order]
+    if max_failures is not None:
+        if not isinstance(max_failures, int) or max_failures < 1:
+            raise ValueError(f"`max_failures` must be a positive int, got {max_failures!r}")
+        failed = failed[:max_failures]
+    num_failures = int(np.sum(scores < threshold))
+    value_range = 2.0 * (high - low)
+    if failed.size == 0:
+        return _empty_result(structure, names, noise, estimator, interval, delta, threshold, (low, high), num_cases, evaluations, option_names)
+
+    # 2. The worlds of every failure to analyse, and how often each fix alone resolves it.
+    all_cases = jax.tree_util.tree_map(lambda x: x[failed], cases)
+    all_worlds = _worlds(pipeline, all_cases, failed, key, noise, num_worlds, observed, choices)
+    resolve = _per_failure_resolve(pipeline, structure, all_cases, all_worlds, players, variants, threshold, mode)
+    num_w = all_worlds.key.shape[1]
+    evaluations += failed.size * num_w * n
+
+    # 3. Per-failure values, block by block at the checkpoints of the failure stream.
+    marks = checkpoints(first_checkpoint, growth, int(failed.size)) if failed.size > first_checkpoint else (int(failed.size),)
+    blocks, separated_at, stopped = [], {rule: None for rule in INTERVAL_RULES}, None
+    bar = _progress(progress, int(failed.size))
+    start = 0
+    for k, stop in enumerate(marks, start=1):
+        rows = np.arange(start, stop)
+        sub = lambda x: x[rows]  # noqa: E731
+        block = _analyse(
+            pipeline, jax.tree_util.tree_map(sub, all_cases), jax.tree_util.tree_map(sub, all_worlds),
+            names, fixes, (low, high), estimator, num_permutations, jr.fold_in(key, k), mode,
+        )
+        evaluations += block.pop("evaluations")
+        blocks.append(block)
+        if bar is not None:
+            bar.update(len(rows))
+        start = stop
+        values = np.concatenate([b["shapley"] for b in blocks])
+        delta_k = checkpoint_delta(delta, n, k)
+        for rule in INTERVAL_RULES:
+            if separated_at[rule] is None and values.shape[0] >= 2:
+                mean, lo, hi = _interval(values, rule, delta_k, value_range)
+                if _top_separated(mean, lo, hi):
+                    separated_at[rule] = int(values.shape[0])
+        if stop_early and separated_at[interval] is not None:
+            stopped = k
+            break
+    if bar is not None:
+        bar.close()
+    k_last = stopped if stopped is not None else len(marks)
+    cat = {name: np.concatenate([b[name] for b in blocks]) for name in blocks[0]}
+    analysed = failed[: cat["shapley"].shape[0]]
+    cat["resolve"] = resolve[: analysed.size]
+    values = cat["shapley"]
+    mean, lo, hi = _interval(values, interval, checkpoint_delta(delta, n, k_last), value_range)
+    total = cat["total"]
+    share = values.sum(0) / total.sum() if abs(total.sum()) > 0 else np.full(n, np.nan)
+    last = cat["last_step"]
+    last_rate = np.array([(last == i).mean() for i in range(n)])
+
+    # 4. Drill-down traces: the failed run and the fully fixed run of each analysed failure.
+    full_plan = mask_plan(structure, players, variants, np.ones(n, bool))
+    fixed_run = replay(pipeline, jax.tree_util.tree_map(lambda x: x[analysed], cases), recorded_worlds(key, analysed), plan=full_plan, mode=mode)
+    return BatchResult(
+        steps=names,
+        site_steps=tuple(s.step for s in structure.sites),
+        option_names=_option_names(option_names, structure),
+        noise=noise,
+        question=NOISE_MODES[noise],
+        estimator=estimator if estimator == "exact" else f"mc ({num_permutations} permutations per world)",
+        interval=interval,
+        delta=float(delta),
+        threshold=threshold,
+        score_range=(low, high),
+        num_cases=num_cases,
+        num_failures=num_failures,
+        evaluations=int(evaluations),
+        separated=separated_at[interval] is not None,
+        separated_at=separated_at,
+        failure_ids=jnp.asarray(analysed),
+        shapley=jnp.asarray(values),
+        total=jnp.asarray(total),
+        empty=jnp.asarray(cat["empty"]),
+        full=jnp.asarray(cat["full"]),
+        resolve=jnp.asarray(cat["resolve"]),
+        last_step=jnp.asarray(last),
+        mean_shapley=jnp.asarray(mean),
+        lower=jnp.asarray(lo),
+        upper=jnp.asarray(hi),
+        share_of_repair=jnp.asarray(share),
+        resolve_rate=jnp.asarray(cat["resolve"].mean(0)),
+        last_step_rate=jnp.asarray(last_rate),
+        factual_choice=jnp.asarray(choices[analysed]),
+        fixed_choice=jnp.asarray(np.asarray(fixed_run["choice"][:, 0])),
+        factual_score=jnp.asarray(scores[analysed]),
+    )
+
+
+def _worlds(pipeline, sub_cases, ids, key, noise, num_worlds, observed, choices) -> World:
+    if noise == "recorded":
+        return recorded_worlds(key, ids)
+    if noise == "fresh":
+        return fresh_worlds(key, ids, num_worlds)
+    obs = choices[ids] if observed is None else np.asarray(observed)[ids]
+    worlds = inferred_worlds(pipeline, sub_cases, obs, jr.fold_in(key, 0xABD), num_worlds)
+    return worlds
+
+
+def _analyse(pipeline, cases, worlds, names, fixes, score_range, estimator, num_permutations, key, mode):
+    n = len(names)
+    num_f, num_w = worlds.key.shape
+    if estimator == "exact":
+        result = exact_blame(pipeline, cases, worlds, steps=names, fixes=fixes, score_range=score_range, mode=mode, max_steps=max(n, 20))
+        return dict(
+            shapley=np.asarray(result.shapley, np.float64),
+            total=np.asarray(result.total, np.float64),
+            empty=np.asarray(result.empty, np.float64),
+            full=np.asarray(result.full, np.float64),
+            last_step=np.asarray(result.last_step),
+            evaluations=num_f * num_w * (1 << n),
+        )
+    from ._mc import mc_batch_fixed  # fixed budget per failure: unbiased across failures
+
+    out = mc_batch_fixed(pipeline, cases, worlds, key, steps=names, fixes=fixes, score_range=score_range, num_permutations=num_permutations, mode=mode)
+    return dict(
+        shapley=np.asarray(out["shapley"], np.float64),
+        total=np.asarray(out["total"], np.float64),
+        empty=np.asarray(out["empty"], np.float64),
+        full=np.asarray(out["full"], np.float64),
+        last_step=np.asarray(out["last_step"]),
+        evaluations=int(out["evaluations"]),
+    )
+
+
+def _progress(enabled: bool, total: int):
+    if not enabled:
+        return None
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # tqdm is optional
+        return None
+    return tqdm(total=total, desc="failures", unit="failure", leave=False)
+
+
+def _option_names(option_names, structure):
+    if option_names is None:
+        return None
+    out = []
+    for step in structure.steps:
+        labels = option_names.get(step)
+        k = structure.num_options[structure.step_index(step)]
+        if labels is not None and len(labels) != k:
+            raise ValueError(f"`option_names[{step!r}]` must name all {k} options, got {len(labels)}")
+        out.append((step, tuple(labels) if labels is not None else None))
+    for step in option_names:
+        structure.step_index(step)  # unknown names raise
+    return tuple(out)
+
+
+def _empty_result(structure, names, noise, estimator, interval, delta, threshold, score_range, num_cases, evaluations, option_names):
+    n = len(names)
+    sites = len(structure.sites)
+    z = jnp.zeros((0,))
+    nan = jnp.full((n,), jnp.nan)
+    return BatchResult(
+        steps=names, site_steps=tuple(s.step for s in structure.sites),
+        option_names=_option_names(option_names, structure), noise=noise, question=NOISE_MODES[noise],
+        estimator=estimator, interval=interval, delta=float(delta), threshold=threshold,
+        score_range=score_range, num_cases=num_cases, num_failures=0, evaluations=evaluations,
+        separated=False, separated_at={rule: None for rule in INTERVAL_RULES},
+        failure_ids=jnp.zeros((0,), jnp.int32), shapley=jnp.zeros((0, n)), total=z, empty=z, full=z,
+        resolve=jnp.zeros((0, n)), last_step=jnp.zeros((0, 1), jnp.int32), mean_shapley=nan,
+        lower=nan, upper=nan, share_of_repair=nan, resolve_rate=nan, last_step_rate=nan,
+        factual_choice=jnp.zeros((0, sites), jnp.int32), fixed_choice=jnp.zeros((0, sites), jnp.int32),
+        factual_score=z,
+    )
