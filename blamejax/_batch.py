@@ -144,14 +144,36 @@ class BatchResult(eqx.Module):
 
 def _per_failure_resolve(pipeline, structure, cases, worlds, players, fixes, threshold, mode):
     """Share of worlds in which fixing each player alone reaches the threshold: [F, n]."""
-    n = len(players)
-    masks = jnp.asarray(np.eye(n, dtype=bool))
+    cache_key = (pipeline, structure, tuple(players), tuple(fixes), mode)
+    if cache_key not in _RESOLVE_CACHE:
+        masks = np.eye(len(players), dtype=bool)
 
-    def one(case, world):
-        return mask_values(pipeline, structure, case, world, players, fixes, masks, mode) >= threshold
+        def one(case, world, threshold):
+            return mask_values(pipeline, structure, case, world, players, fixes, masks, mode) >= threshold
 
-    hits = jax.jit(jax.vmap(jax.vmap(one, in_axes=(None, 0))))(cases, worlds)
+        _RESOLVE_CACHE[cache_key] = jax.jit(jax.vmap(jax.vmap(one, in_axes=(None, 0, None)), in_axes=(0, 0, None)))
+    hits = _RESOLVE_CACHE[cache_key](cases, worlds, threshold)
     return np.asarray(hits, dtype=np.float64).mean(axis=1)
+
+
+_RESOLVE_CACHE: dict = {}
+
+
+def checkpoint_interval(values: np.ndarray, k: int, rule: str, delta: float, value_range: float):
+    """The interval of every step's mean at checkpoint k of a stream of per-failure values.
+
+    **Arguments:**
+    - `values`: `[t, n]`, the per-failure values seen so far (t = the k-th checkpoint).
+    - `k`: the checkpoint number (1-based); its intervals are at level `delta / (n k (k+1))`.
+    - `rule`: `"bernstein"` (finite-sample; R = `value_range`) or `"normal"` (asymptotic).
+    - `delta`: the error probability of all intervals of the stream together.
+    - `value_range`: R, the width of the interval the values lie in (`2 (s_max - s_min)`).
+
+    **Returns:** `(mean, lower, upper, top_separated)`.
+    """
+    n = values.shape[1]
+    mean, lower, upper = _interval(values, rule, checkpoint_delta(delta, n, k), value_range)
+    return mean, lower, upper, _top_separated(mean, lower, upper)
 
 
 def _interval(values: np.ndarray, rule: str, delta_k: float, value_range: float):
@@ -295,11 +317,9 @@ def blame_batch(
             bar.update(len(rows))
         start = stop
         values = np.concatenate([b["shapley"] for b in blocks])
-        delta_k = checkpoint_delta(delta, n, k)
         for rule in INTERVAL_RULES:
             if separated_at[rule] is None and values.shape[0] >= 2:
-                mean, lo, hi = _interval(values, rule, delta_k, value_range)
-                if _top_separated(mean, lo, hi):
+                if checkpoint_interval(values, k, rule, delta, value_range)[3]:
                     separated_at[rule] = int(values.shape[0])
         if stop_early and separated_at[interval] is not None:
             stopped = k
@@ -311,7 +331,7 @@ def blame_batch(
     analysed = failed[: cat["shapley"].shape[0]]
     cat["resolve"] = resolve[: analysed.size]
     values = cat["shapley"]
-    mean, lo, hi = _interval(values, interval, checkpoint_delta(delta, n, k_last), value_range)
+    mean, lo, hi, _ = checkpoint_interval(values, k_last, interval, delta, value_range)
     total = cat["total"]
     share = values.sum(0) / total.sum() if abs(total.sum()) > 0 else np.full(n, np.nan)
     last = cat["last_step"]

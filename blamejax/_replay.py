@@ -40,8 +40,19 @@ def replay(pipeline: Callable, cases, worlds: World, plan: Plan | None = None, m
     check_worlds(worlds, num_cases, structure)
     if plan is None:
         plan = factual_plan(structure)
+    return _replay_function(pipeline, structure, mode)(cases, worlds, plan)
 
-    def one(case, world):
-        return trace_run(pipeline, structure, case, world, plan, mode)
 
-    return jax.jit(jax.vmap(jax.vmap(one, in_axes=(None, 0))))(cases, worlds)
+_CACHE: dict = {}
+
+
+def _replay_function(pipeline, structure, mode):
+    """One compiled replay per (pipeline, structure, mode); the plan is an argument."""
+    cache_key = (pipeline, structure, mode)
+    if cache_key not in _CACHE:
+
+        def one(case, world, plan):
+            return trace_run(pipeline, structure, case, world, plan, mode)
+
+        _CACHE[cache_key] = jax.jit(jax.vmap(jax.vmap(one, in_axes=(None, 0, None)), in_axes=(0, 0, None)))
+    return _CACHE[cache_key]

@@ -130,10 +130,7 @@ def inferred_worlds(pipeline: Callable, cases, observed, key, num_worlds: int) -
                 f"[0, {site.num_options}), got values in [{column.min()}, {column.max()}]"
             )
     key = as_key(key)
-    dummy = World(key=key)
-    seen = jax.jit(
-        jax.vmap(lambda c, o: trace_run(pipeline, structure, c, dummy, observed_plan(structure, o))["logits"])
-    )(cases, observed)
+    seen = _seen_function(pipeline, structure)(cases, observed, key)
     for i, site in enumerate(structure.sites):
         picked = np.take_along_axis(np.asarray(seen[i]), np.asarray(observed[:, i])[:, None], axis=1)[:, 0]
         bad = np.flatnonzero(~np.isfinite(picked))
@@ -147,20 +144,40 @@ def inferred_worlds(pipeline: Callable, cases, observed, key, num_worlds: int) -
     worlds = jnp.arange(1, num_worlds + 1)
     keys = jax.vmap(lambda f: jax.vmap(lambda w: world_key(key, f, w))(worlds))(ids)
 
-    def abduct_site(i, site):
-        def one(k, logits, obs):
-            k = jr.fold_in(jr.fold_in(jr.fold_in(k, _ABDUCT_TAG), stable_hash(site.step)), site.slot)
-            return abduct_gumbels(k, logits, obs)
-
-        per_world = jax.vmap(one, in_axes=(0, None, None))
-        return jax.vmap(per_world)(keys, seen[i], observed[:, i])
-
     overrides = tuple(
-        jax.lax.stop_gradient(jax.jit(lambda s=s, i=i: abduct_site(i, s))())
-        for i, s in enumerate(structure.sites)
+        jax.lax.stop_gradient(_abduct_site(keys, seen[i], observed[:, i], stable_hash(site.step), site.slot))
+        for i, site in enumerate(structure.sites)
     )
     valid = tuple(jnp.ones((num_cases, num_worlds), bool) for _ in structure.sites)
     return World(key=keys, overrides=overrides, valid=valid)
+
+
+_SEEN_CACHE: dict = {}
+
+
+def _seen_function(pipeline, structure):
+    """Compiled: the logits every draw saw when each case is replayed with its observed choices."""
+    if (pipeline, structure) not in _SEEN_CACHE:
+
+        def seen(cases, observed, key):
+            world = World(key=key)
+            return jax.vmap(
+                lambda c, o: trace_run(pipeline, structure, c, world, observed_plan(structure, o))["logits"]
+            )(cases, observed)
+
+        _SEEN_CACHE[(pipeline, structure)] = jax.jit(seen)
+    return _SEEN_CACHE[(pipeline, structure)]
+
+
+@jax.jit
+def _abduct_site(keys, logits, observed, step_hash, slot):
+    """Posterior Gumbels of one site for every failure [F] and world [W]."""
+
+    def one(key, logits, obs):
+        key = jr.fold_in(jr.fold_in(jr.fold_in(key, _ABDUCT_TAG), step_hash), slot)
+        return abduct_gumbels(key, logits, obs)
+
+    return jax.vmap(jax.vmap(one, in_axes=(0, None, None)))(keys, logits, observed)
 
 
 def _leading_size(cases) -> int:

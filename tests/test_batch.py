@@ -1,0 +1,238 @@
+"""Batch blame over a test set: agreement with a per-failure loop, noise modes, the
+across-failure stopping rule's coverage, reports and bad input."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import chain_pipeline, random_chain_cases
+
+import blamejax as bj
+
+
+def _batch_cases(num_cases=24):
+    cases = random_chain_cases(
+        jax.random.key(11), 3, num_cases=num_cases, num_options=3, neg_inf=0.2
+    )
+    cases["score"] = (cases["score"] > 0.5).astype(jnp.float32)  # pass/fail scores
+    return cases
+
+
+def test_batch_equals_per_failure_loop():
+    cases = _batch_cases()
+    result = bj.blame_batch(
+        chain_pipeline, cases, 3, noise="fresh", num_worlds=2, first_checkpoint=4
+    )
+    run = bj.replay(chain_pipeline, cases, bj.recorded_worlds(3, 24))
+    factual = np.asarray(run["score"][:, 0])
+    failing = set(np.flatnonzero(factual < 1).tolist())
+    ids = np.asarray(result.failure_ids)
+    assert set(ids.tolist()) == failing and len(ids) == len(failing) == result.num_failures
+    assert 0 < len(ids) < 24  # some pass: passes are never analysed
+    structure = bj.discover(chain_pipeline, jax.tree_util.tree_map(lambda x: x[0], cases))
+    shapley, total, resolve = [], [], []
+    for f in ids:  # one failure at a time
+        one = jax.tree_util.tree_map(lambda x: x[f : f + 1], cases)
+        worlds = bj.fresh_worlds(3, np.array([f]), 2)
+        exact = bj.exact_blame(chain_pipeline, one, worlds)
+        shapley.append(np.asarray(exact.shapley[0]))
+        total.append(float(exact.total[0]))
+        hits = []
+        for w in range(2):
+            case = jax.tree_util.tree_map(lambda x: x[0], one)
+            world = bj.World(key=worlds.key[0, w])
+            v = bj.coalition_values(chain_pipeline, structure, case, world, range(3), [1] * 3)
+            hits.append([float(v[1 << i]) >= 1.0 for i in range(3)])
+        resolve.append(np.mean(hits, axis=0))
+    shapley, total, resolve = np.array(shapley), np.array(total), np.array(resolve)
+    np.testing.assert_allclose(result.shapley, shapley, atol=1e-6)
+    np.testing.assert_allclose(result.mean_shapley, shapley.mean(0), atol=1e-6)
+    np.testing.assert_allclose(result.share_of_repair, shapley.sum(0) / total.sum(), atol=1e-6)
+    np.testing.assert_allclose(result.resolve_rate, resolve.mean(0), atol=1e-6)
+    assert abs(float(result.share_of_repair.sum()) - 1.0) < 1e-5
+
+
+def test_visiting_order_is_seeded():
+    cases = _batch_cases()
+    a = bj.blame_batch(chain_pipeline, cases, 3)
+    b = bj.blame_batch(chain_pipeline, cases, 3)
+    np.testing.assert_array_equal(a.failure_ids, b.failure_ids)
+    assert not np.all(np.diff(np.asarray(a.failure_ids)) > 0)  # not simply sorted
+
+
+def test_inferred_worlds_reproduce_each_failure():
+    cases = _batch_cases()
+    result = bj.blame_batch(chain_pipeline, cases, 5, noise="inferred", num_worlds=3)
+    # Before any fix, every posterior world replays the observed failure exactly.
+    np.testing.assert_array_equal(result.empty, result.factual_score)
+    assert "abducted" in result.question and result.noise == "inferred"
+
+
+def test_stop_early_uses_fewer_failures():
+    cases = bj.demos.refund_cases(120)
+    full = bj.blame_batch(bj.demos.refund_pipeline, cases, 0, interval="normal")
+    early = bj.blame_batch(bj.demos.refund_pipeline, cases, 0, interval="normal", stop_early=True)
+    # planner and retriever tie at 5/12: the top step never separates, so no early stop
+    assert not full.separated and early.num_analysed == full.num_analysed
+
+
+def test_stopping_rule_coverage():
+    """δ = 0.1, 1000 seeded streams with known means; a miss = any step's interval at any
+    checkpoint up to stopping excludes the true mean. Fails iff misses > 137 (the 1 - 1e-4
+    quantile of Binomial(1000, 0.1)). The uncorrected normal rule (level δ at every look, no
+    union bound) must fail the same test: the negative control."""
+    rng = np.random.default_rng(2024)
+    n, budget = 3, 60
+    # Skewed per-failure values in [-1, 1]: step 0 is large and rare, others small.
+    probs = np.array([0.04, 0.3, 0.5])
+    heights = np.array([1.0, 0.2, 0.1])
+    truth = probs * heights
+    marks = bj.checkpoints(2, 1.5, budget)
+
+    def misses(rule, corrected):
+        count = 0
+        for _ in range(1000):
+            values = (rng.random((budget, n)) < probs) * heights
+            missed = False
+            for k, t in enumerate(marks, start=1):
+                if corrected:
+                    mean, lo, hi, sep = bj.checkpoint_interval(values[:t], k, rule, 0.1, 2.0)
+                else:
+                    mean = values[:t].mean(0)
+                    r = bj.normal_radius(t, values[:t].var(0, ddof=1), 0.1)
+                    lo, hi = mean - r, mean + r
+                    sep = bj._batch._top_separated(mean, lo, hi)
+                if np.any((truth < lo) | (truth > hi)):
+                    missed = True
+                    break
+                if sep:
+                    break
+            count += missed
+        return count
+
+    assert misses("bernstein", corrected=True) <= 137
+    assert misses(None, corrected=False) > 137
+
+
+def test_all_passing_test_set():
+    cases = dict(_batch_cases(), score=jnp.ones((24, 3)))  # every run scores 1: all pass
+    result = bj.blame_batch(chain_pipeline, cases, 3)
+    assert result.num_failures == 0 and result.num_analysed == 0
+    assert "No failures: all 24 cases passed" in result.table()
+    assert "No failures" in result.to_html()
+
+
+def test_bad_input():
+    cases = _batch_cases()
+    with pytest.raises(
+        ValueError,
+        match=r"`noise` must be one of \['fresh', 'inferred', 'recorded'\], got 'replayed'",
+    ):
+        bj.blame_batch(chain_pipeline, cases, 0, noise="replayed")
+    with pytest.raises(ValueError, match=r"`num_worlds` must be a positive int \(W >= 1\), got 0"):
+        bj.blame_batch(chain_pipeline, cases, 0, noise="fresh", num_worlds=0)
+    bad = dict(cases, score=cases["score"][:5])
+    with pytest.raises(
+        ValueError, match="every leaf of `cases` must share one leading failure axis"
+    ):
+        bj.blame_batch(chain_pipeline, bad, 0)
+    with pytest.raises(ValueError, match=r"`threshold` must lie in \(0.0, 1.0\], got 2.0"):
+        bj.blame_batch(chain_pipeline, cases, 0, threshold=2.0)
+
+
+def _report_result():
+    return bj.blame_batch(
+        bj.demos.refund_pipeline,
+        bj.demos.refund_cases(30),
+        0,
+        option_names={"writer": ("correct", "wrong uncited", "wrong cited")},
+    )
+
+
+def test_json_and_table(tmp_path):
+    result = _report_result()
+    path = tmp_path / "r.json"
+    result.to_json(path)
+    data = json.loads(path.read_text())
+    np.testing.assert_allclose(data["mean_shapley"], result.mean_shapley)
+    assert data["steps"] == list(result.steps) and data["noise"] == "recorded"
+    table = result.table()
+    assert "planner" in table and "+0.4167" in table and "Gumbel-max coupling" in table
+
+
+def test_dataframe():
+    pd = pytest.importorskip("pandas")
+    frame = _report_result().to_dataframe()
+    assert isinstance(frame, pd.DataFrame) and list(frame.index) == [
+        "planner",
+        "retriever",
+        "writer",
+        "reviewer",
+    ]
+
+
+def test_html_is_self_contained():
+    page = _report_result().to_html()
+    assert "<script" not in page and "http://" not in page.replace(
+        'xmlns="http://www.w3.org/2000/svg"', ""
+    )
+    assert "https://" not in page and "<link" not in page
+    assert "wrong uncited" in page  # option names in the drill-down
+
+
+def _chromium():
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(
+    _chromium() is None and os.environ.get("CI") != "true",
+    reason="Debian's chromium is not installed here (CI installs it)",
+)
+def test_html_in_headless_chromium(tmp_path):
+    result = _report_result()
+    page = tmp_path / "report.html"
+    result.save_html(page)
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        f"--user-data-dir={tmp_path / 'profile'}",
+    ]
+    dom = subprocess.run(
+        [_chromium(), *flags, "--dump-dom", page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    rows = re.findall(r'<tr data-step="([^"]+)">(.*?)</tr>', dom.stdout)
+    assert [r[0] for r in rows] == list(result.steps)
+    for i, (_, cells) in enumerate(rows):
+        values = [float(v) for v in re.findall(r'data-value="([^"]+)"', cells)]
+        expected = [
+            result.mean_shapley[i],
+            result.lower[i],
+            result.upper[i],
+            result.share_of_repair[i],
+            result.resolve_rate[i],
+            result.last_step_rate[i],
+        ]
+        np.testing.assert_allclose(values, np.asarray(expected, np.float64), rtol=1e-6)
+    shot = tmp_path / "report.png"
+    subprocess.run(
+        [_chromium(), *flags, f"--screenshot={shot}", "--window-size=1100,900", page.as_uri()],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
+    assert shot.stat().st_size > 10_000  # a rendered page, not a blank one
