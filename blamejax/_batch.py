@@ -20,7 +20,7 @@ import numpy as np
 from jaxtyping import Array, Float, Int
 
 from ._bounds import bernstein_radius, checkpoint_delta, checkpoints, normal_radius
-from ._evaluate import mask_plan, mask_values
+from ._evaluate import mask_plan, mask_values, trace_run
 from ._exact import _check_score_range, exact_blame, resolve_players
 from ._pipeline import Hard, World
 from ._replay import replay
@@ -37,6 +37,7 @@ NOISE_MODES = {
 }
 INTERVAL_RULES = ("bernstein", "normal")
 EXACT_AUTO_LIMIT = 14
+STOP_EARLY_BLOCK = 32  # failures analysed per compiled call when stopping early
 
 
 class BatchResult(eqx.Module):
@@ -299,35 +300,43 @@ def blame_batch(
     num_w = all_worlds.key.shape[1]
     evaluations += failed.size * num_w * n
 
-    # 3. Per-failure values, block by block at the checkpoints of the failure stream.
+    # 3. Per-failure values. Intervals are formed and stopping decided only at the checkpoints
+    #    of the failure stream; values are computed in blocks of a fixed size (one compiled
+    #    shape), or all at once when the batch does not stop early.
     marks = checkpoints(first_checkpoint, growth, int(failed.size)) if failed.size > first_checkpoint else (int(failed.size),)
+    block_size = STOP_EARLY_BLOCK if stop_early else int(failed.size)
     blocks, separated_at, stopped = [], {rule: None for rule in INTERVAL_RULES}, None
     bar = _progress(progress, int(failed.size))
-    start = 0
-    for k, stop in enumerate(marks, start=1):
-        rows = np.arange(start, stop)
+    start, k = 0, 0
+    while start < failed.size and stopped is None:
+        rows = np.arange(start, min(start + block_size, failed.size))
         sub = lambda x: x[rows]  # noqa: E731
         block = _analyse(
             pipeline, jax.tree_util.tree_map(sub, all_cases), jax.tree_util.tree_map(sub, all_worlds),
-            names, fixes, (low, high), estimator, num_permutations, jr.fold_in(key, k), mode,
+            names, fixes, (low, high), estimator, num_permutations, jr.fold_in(key, start), mode,
         )
         evaluations += block.pop("evaluations")
         blocks.append(block)
         if bar is not None:
             bar.update(len(rows))
-        start = stop
+        start = int(rows[-1]) + 1
         values = np.concatenate([b["shapley"] for b in blocks])
-        for rule in INTERVAL_RULES:
-            if separated_at[rule] is None and values.shape[0] >= 2:
-                if checkpoint_interval(values, k, rule, delta, value_range)[3]:
-                    separated_at[rule] = int(values.shape[0])
-        if stop_early and separated_at[interval] is not None:
-            stopped = k
-            break
+        while k < len(marks) and marks[k] <= start:
+            t = marks[k]
+            k += 1
+            for rule in INTERVAL_RULES:
+                if separated_at[rule] is None and t >= 2:
+                    if checkpoint_interval(values[:t], k, rule, delta, value_range)[3]:
+                        separated_at[rule] = int(t)
+            if stop_early and separated_at[interval] is not None:
+                stopped = k
+                break
     if bar is not None:
         bar.close()
     k_last = stopped if stopped is not None else len(marks)
     cat = {name: np.concatenate([b[name] for b in blocks]) for name in blocks[0]}
+    if stopped is not None:  # values computed past the stopping checkpoint are not looked at
+        cat = {name: value[: marks[stopped - 1]] for name, value in cat.items()}
     analysed = failed[: cat["shapley"].shape[0]]
     cat["resolve"] = resolve[: analysed.size]
     values = cat["shapley"]
@@ -398,17 +407,55 @@ def _analyse(pipeline, cases, worlds, names, fixes, score_range, estimator, num_
             last_step=np.asarray(result.last_step),
             evaluations=num_f * num_w * (1 << n),
         )
-    from ._mc import mc_batch_fixed  # fixed budget per failure: unbiased across failures
-
-    out = mc_batch_fixed(pipeline, cases, worlds, key, steps=names, fixes=fixes, score_range=score_range, num_permutations=num_permutations, mode=mode)
+    structure = discover(pipeline, jax.tree_util.tree_map(lambda x: x[0], cases))
+    players, variants = resolve_players(structure, names, fixes)
+    estimate, empty, full, last = _mc_function(pipeline, structure, players, variants, mode, num_permutations)(cases, worlds, key)
+    low, high = score_range
+    if float(np.min(empty)) < low or float(np.max(full)) > high:
+        raise ValueError(f"the pipeline returned scores outside the declared `score_range` {score_range}")
     return dict(
-        shapley=np.asarray(out["shapley"], np.float64),
-        total=np.asarray(out["total"], np.float64),
-        empty=np.asarray(out["empty"], np.float64),
-        full=np.asarray(out["full"], np.float64),
-        last_step=np.asarray(out["last_step"]),
-        evaluations=int(out["evaluations"]),
+        shapley=np.asarray(estimate.values, np.float64),
+        total=np.asarray(full - empty, np.float64),
+        empty=np.asarray(empty, np.float64),
+        full=np.asarray(full, np.float64),
+        last_step=np.asarray(last),
+        evaluations=num_f * num_w * (2 + num_permutations * (n - 1)),
     )
+
+
+_MC_CACHE: dict = {}
+
+
+def _mc_function(pipeline, structure, players, variants, mode, num_permutations):
+    """Compiled: a fixed number of permutations per failure (`mc_shapley_fixed`, vmapped over
+    failures), v(empty), v(all) and last-step blame."""
+    cache_key = (pipeline, structure, players, variants, mode, num_permutations)
+    if cache_key in _MC_CACHE:
+        return _MC_CACHE[cache_key]
+    from ._mc import mc_shapley_fixed
+
+    n = len(players)
+    ends = np.array([[False] * n, [True] * n])
+    site_player = np.array([players.index(structure.step_index(s.step)) if structure.step_index(s.step) in players else -1 for s in structure.sites])
+
+    def one(case, worlds, key):
+        estimate = mc_shapley_fixed(pipeline, structure, case, worlds, key, num_permutations, players, variants, mode=mode)
+        v = jax.vmap(lambda w: mask_values(pipeline, structure, case, w, players, variants, ends, mode))(worlds)
+        factual = jax.vmap(lambda w: trace_run(pipeline, structure, case, w, mode=mode)["choice"])(worlds)
+        fixed_plan = mask_plan(structure, players, variants, np.ones(n, bool))
+        fixed = jax.vmap(lambda w: trace_run(pipeline, structure, case, w, fixed_plan, mode)["choice"])(worlds)
+        differs = (factual != fixed) & jnp.asarray(site_player >= 0)
+        last_site = jnp.max(jnp.where(differs, jnp.arange(len(structure.sites)), -1), axis=-1)
+        last = jnp.where(last_site >= 0, jnp.asarray(site_player)[jnp.maximum(last_site, 0)], -1)
+        return estimate, v[:, 0].mean(), v[:, 1].mean(), last
+
+    def batch(cases, worlds, key):
+        num = worlds.key.shape[0]
+        keys = jax.vmap(lambda f: jr.fold_in(key, f))(jnp.arange(num))
+        return jax.vmap(one)(cases, worlds, keys)
+
+    _MC_CACHE[cache_key] = jax.jit(batch)
+    return _MC_CACHE[cache_key]
 
 
 def _progress(enabled: bool, total: int):

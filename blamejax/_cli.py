@@ -45,7 +45,27 @@ def _refund(args) -> int:
     return 0
 
 
-DEMOS = {"refund": _refund}
+def _car(args) -> int:
+    from .demos._car import run_demo
+
+    return run_demo(args)
+
+
+def _agent8(args) -> int:
+    from .demos._agent8 import agent8_report
+
+    print(agent8_report(num_cases=args.cases, seed=args.seed))
+    return 0
+
+
+def _rag(args) -> int:
+    from ._demo_rag import run_rag_demo
+
+    return run_rag_demo(args)
+
+
+DEMOS = {"refund": _refund, "car": _car, "agent8": _agent8, "rag": _rag}
+DEFAULT_CASES = {"refund": 20, "car": 200, "agent8": 20, "rag": 200}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,15 +77,27 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run a built-in demo and print its blame table")
     demo.add_argument("name", choices=sorted(DEMOS), help="which demo to run")
     demo.add_argument("--seed", type=int, default=0, help="root seed of the recorded noise (default 0)")
-    demo.add_argument("--cases", type=int, default=20, help="number of cases to run (default 20)")
+    demo.add_argument("--cases", type=int, default=None, help="number of cases to run (default: refund 20, rag 200, agent8 20, car 200)")
+    demo.add_argument("--out", default=None, help="folder for the reports of `rag` (default blamejax-out/rag)")
+    demo.add_argument("--noise", default="all", choices=["all", "recorded", "inferred", "fresh"], help="noise mode(s) for `rag` (default all three)")
+    demo.add_argument("--worlds", type=int, default=8, help="worlds per failure for inferred and fresh noise (default 8)")
+    demo.add_argument("--estimator", default="auto", choices=["auto", "exact", "mc"], help="per-failure estimator for `rag` (default auto: exact up to 14 steps)")
+    demo.add_argument("--permutations", type=int, default=64, help="permutations per failure for Monte Carlo and the noise-sharing measurement (default 64)")
+    demo.add_argument("--skip-noise-sharing", action="store_true", help="`rag`: skip the common-random-numbers variance measurement")
+    demo.add_argument("--no-progress", action="store_true", help="hide progress bars")
     return parser
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "demo":
+        if args.cases is None:
+            args.cases = DEFAULT_CASES[args.name]
         if args.cases < 1:
             print("error: --cases must be at least 1", file=sys.stderr)
+            return 2
+        if args.worlds < 1 or args.permutations < 2:
+            print("error: --worlds must be at least 1 and --permutations at least 2", file=sys.stderr)
             return 2
         return DEMOS[args.name](args)
     return 2

@@ -137,7 +137,7 @@ def abduct_gumbels(
     """
     import equinox as eqx
 
-    logits = jnp.asarray(logits)
+    logits = jnp.asarray(logits, dtype=jnp.result_type(float))  # the dtype of the noise
     num_options = logits.shape[-1]
     key_max, key_rest = jr.split(key)
     finite = jnp.isfinite(logits)
@@ -158,5 +158,5 @@ def abduct_gumbels(
     truncated = jnp.minimum(truncated, top - margin)
     losers = jnp.where(finite, truncated - safe, prior)
     winner = top - logit_k
-    is_observed = jnp.arange(num_options) == observed
+    is_observed = jnp.arange(num_options, dtype=jnp.int32) == observed
     return jnp.where(is_observed, winner, losers)

@@ -1,0 +1,67 @@
+"""`python -m blamejax demo rag`: batch blame of the stochastic-RAG test set in the three noise
+modes, the noise-sharing measurement, and the reports written to an output folder."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from . import demos
+from ._batch import blame_batch
+from ._crn import noise_sharing_gain
+from ._replay import replay
+from ._worlds import recorded_worlds
+
+OPTION_NAMES = {
+    "rewrite": demos.REWRITE_OPTIONS,
+    "retrieve": demos.RETRIEVE_OPTIONS,
+    "answer": demos.ANSWER_OPTIONS,
+    "verify": demos.VERIFY_OPTIONS,
+}
+
+
+def run_rag_demo(args) -> int:
+    num_cases = args.cases or 200
+    out = Path(args.out or "blamejax-out/rag")
+    out.mkdir(parents=True, exist_ok=True)
+    modes = ("recorded", "inferred", "fresh") if args.noise == "all" else (args.noise,)
+    cases = demos.rag_cases(num_cases, seed=args.seed)
+    print("Stochastic RAG: rewrite -> retrieve -> answer -> verify")
+    print(f"{num_cases} questions (seed {args.seed}); every step samples by Gumbel-max, fixes shift logits.\n")
+    summary = {}
+    for noise in modes:
+        start = time.perf_counter()
+        result = blame_batch(
+            demos.rag_pipeline, cases, args.seed, noise=noise, num_worlds=args.worlds,
+            estimator=args.estimator, num_permutations=args.permutations,
+            option_names=OPTION_NAMES, progress=not args.no_progress,
+        )
+        seconds = time.perf_counter() - start
+        print(result.table())
+        verify = result.steps.index("verify")
+        named = int(round(float(result.last_step_rate[verify]) * result.last_step.size))
+        print(f"last-step blame names verify in {named} of {result.last_step.size} (failure, world) pairs; {seconds:.1f} s\n")
+        result.save_html(out / f"report_{noise}.html")
+        result.to_json(out / f"result_{noise}.json")
+        summary[noise] = dict(
+            mean_shapley=dict(zip(result.steps, np.asarray(result.mean_shapley).round(4).tolist(), strict=True)),
+            seconds=round(seconds, 2),
+        )
+    if "fresh" in modes and not args.skip_noise_sharing:
+        run = replay(demos.rag_pipeline, cases, recorded_worlds(args.seed, num_cases))
+        ids = np.flatnonzero(np.asarray(run["score"][:, 0]) < 1)
+        failures = jax.tree_util.tree_map(lambda x: x[ids], cases)
+        gain = noise_sharing_gain(demos.rag_pipeline, failures, args.seed, case_ids=ids, num_permutations=args.permutations)
+        print("Fresh noise, Monte Carlo at equal budget: variance of one permutation's marginal")
+        print(f"{'step':<10} {'shared noise':>13} {'independent':>12} {'ratio':>7}")
+        for i, step in enumerate(gain.steps):
+            print(f"{step:<10} {float(gain.shared[i]):>13.4f} {float(gain.independent[i]):>12.4f} {float(gain.ratio[i]):>6.2f}x")
+        print("Sharing one fresh world across all prefixes of an order (common random numbers) cuts the variance by the ratio.\n")
+        summary["noise_sharing_ratio"] = dict(zip(gain.steps, np.asarray(gain.ratio).round(3).tolist(), strict=True))
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    print(f"Reports written to {out}/ (report_<mode>.html, result_<mode>.json, summary.json)")
+    return 0
