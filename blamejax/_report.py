@@ -126,7 +126,8 @@ def _chart(result) -> str:
 
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + width + 40}" height="{height}" role="img" aria-label="blame per step">']
     parts.append(f'<line x1="{x(0):.1f}" y1="10" x2="{x(0):.1f}" y2="{height - 10}" stroke="#999"/>')
-    for tick in np.linspace(lo, hi, 6):
+    step_size = 0.25 if hi - lo > 1.0 else 0.1
+    for tick in np.arange(np.ceil(lo / step_size) * step_size, hi + 1e-9, step_size):
         parts.append(f'<text x="{x(tick):.1f}" y="{height - 2}" font-size="10" text-anchor="middle" fill="#666">{tick:.2f}</text>')
     series = [
         ("shapley", np.asarray(result.mean_shapley)),
