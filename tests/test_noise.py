@@ -8,6 +8,7 @@ it, and that a `-inf` in a table row no run reaches changes nothing.
 """
 
 import functools
+import json
 import math
 import os
 import subprocess
@@ -47,8 +48,6 @@ def test_stable_hash_same_in_other_processes():
         "names = json.loads(sys.argv[1]); "
         "print(json.dumps([[stable_hash(n) for n in names], [hash(n) for n in names]]))"
     )
-    import json
-
     results = []
     procs = []
     for seed in ("1", "987654"):
@@ -122,7 +121,11 @@ def test_gumbel_at_different_address_different_values(other):
     changed = {**base, **other}
 
     def draw(a):
-        return np.asarray(bj.gumbel_at(bj.world_key(jr.key(a["root"]), a["failure"], a["world"]), a["step"], a["slot"], 8))
+        return np.asarray(
+            bj.gumbel_at(
+                bj.world_key(jr.key(a["root"]), a["failure"], a["world"]), a["step"], a["slot"], 8
+            )
+        )
 
     x, y = draw(base), draw(changed)
     # independent continuous draws: no option coincides
@@ -146,9 +149,9 @@ def test_gumbel_sites_rows_equal_gumbel_at():
         table = np.asarray(gumbel_sites(key, steps, slots, num_options))
         assert table.shape == (len(steps), num_options)
         for row, (step, slot) in zip(table, zip(steps, slots)):
-            np.testing.assert_array_equal(_bits(row), _bits(bj.gumbel_at(key, step, slot, num_options)))
-            # and row i equals gumbel_at(..., K)[:num_options] for a larger K
-            np.testing.assert_array_equal(_bits(row), _bits(bj.gumbel_at(key, step, slot, 9)[:num_options]))
+            np.testing.assert_array_equal(
+                _bits(row), _bits(bj.gumbel_at(key, step, slot, num_options))
+            )
     jitted = jax.jit(lambda k: gumbel_sites(k, steps, slots, 7))(key)
     np.testing.assert_array_equal(_bits(jitted), _bits(gumbel_sites(key, steps, slots, 7)))
 
@@ -160,7 +163,9 @@ def test_gumbel_at_is_standard_gumbel():
     key = bj.world_key(jr.key(0), 0, 0)
     over_options = np.asarray(bj.gumbel_at(key, "planner", 0, 20_000), np.float64)
     keys = jax.vmap(lambda w: bj.world_key(jr.key(0), 0, w))(jnp.arange(20_000))
-    over_worlds = np.asarray(jax.vmap(lambda k: bj.gumbel_at(k, "planner", 0, 1)[0])(keys), np.float64)
+    over_worlds = np.asarray(
+        jax.vmap(lambda k: bj.gumbel_at(k, "planner", 0, 1)[0])(keys), np.float64
+    )
     for x in (over_options, over_worlds):
         n = x.size
         variance = math.pi**2 / 6
@@ -222,7 +227,11 @@ def dag(ctx, case):
     # a free-form step: its logits are computed from an upstream choice
     logits = case["f"] + c.take(case["f_bias"])[None, :]
     f = ctx.choose("f", logits)
-    return 0.5 * e0.take(case["reward_e"]) + 0.25 * e1.take(case["reward_e"]) + 0.25 * f.take(case["reward_f"])
+    return (
+        0.5 * e0.take(case["reward_e"])
+        + 0.25 * e1.take(case["reward_e"])
+        + 0.25 * f.take(case["reward_f"])
+    )
 
 
 DAG_PARENTS = {"a": (), "b": ("a",), "c": ("a",), "d": ("b", "c"), "e": ("d",), "f": ("c",)}
@@ -266,34 +275,64 @@ PIPELINES = [
 ]
 
 
-@pytest.mark.parametrize("pipeline, make_cases, parents", PIPELINES)
-def test_noise_does_not_depend_on_plan(pipeline, make_cases, parents):
-    """The noise every draw sees is its addressed Gumbel, whatever the plan: factual, all
-    fixed, or every draw forced to some option."""
-    rng = np.random.default_rng(0)
-    num_cases = 4
-    cases = make_cases(rng, num_cases)
+NUM_PLAN_CASES = 24
+
+
+@functools.cache
+def _plan_traces(pipeline, make_cases):
+    """Traces of random cases of `pipeline` under several plans, from one compiled call:
+    the factual plan, each step fixed alone (`mask_plan` with one bit set), every step
+    fixed, and every draw forced to a random option."""
+    rng = np.random.default_rng(1)
+    cases = make_cases(rng, NUM_PLAN_CASES)
     structure = bj.discover(pipeline, _first(cases))
     num_steps = structure.num_steps
     players = tuple(range(num_steps))
-    keys = bj.recorded_worlds(5, num_cases).key[:, 0]
-    forced = jnp.asarray(rng.integers(0, 2, size=(num_cases, len(structure.sites))), jnp.int32)
+    fixes = tuple(1 for _ in players)
+    keys = bj.recorded_worlds(2, NUM_PLAN_CASES).key[:, 0]
+    forced = rng.integers(0, 2, size=(NUM_PLAN_CASES, len(structure.sites)))
 
-    def traces(case, key, forced_row):
+    def run(case, key, forced_row):
         world = bj.World(key=key)
-        plans = [
-            bj.factual_plan(structure),
-            bj.mask_plan(structure, players, [1] * num_steps, jnp.ones(num_steps, bool)),
-            bj.observed_plan(structure, forced_row),
-        ]
-        return [bj.trace_run(pipeline, structure, case, world, p)["noise"] for p in plans]
 
-    out = jax.jit(jax.vmap(traces))(cases, keys, forced)
-    for f in range(num_cases):
-        for i, site in enumerate(structure.sites):
-            addressed = bj.gumbel_at(keys[f], site.step, site.slot, site.num_options)
-            for noise in out:
-                np.testing.assert_array_equal(_bits(noise[i][f]), _bits(addressed))
+        def trace(plan):
+            return bj.trace_run(pipeline, structure, case, world, plan)
+
+        def fixed_one(mask):
+            return trace(bj.mask_plan(structure, players, fixes, mask))
+
+        return dict(
+            factual=trace(bj.factual_plan(structure)),
+            fixed_one=jax.vmap(fixed_one)(jnp.eye(num_steps, dtype=bool)),
+            fixed_all=trace(bj.mask_plan(structure, players, fixes, jnp.ones(num_steps, bool))),
+            forced=trace(bj.observed_plan(structure, forced_row)),
+        )
+
+    out = jax.jit(jax.vmap(run))(cases, keys, jnp.asarray(forced, jnp.int32))
+    return structure, keys, out
+
+
+@pytest.mark.parametrize("pipeline, make_cases, parents", PIPELINES)
+def test_noise_does_not_depend_on_plan(pipeline, make_cases, parents):
+    """The noise every draw sees is its addressed Gumbel (`gumbel_at` of the world key,
+    step, slot), whatever the plan: factual, one step fixed, all fixed, or every draw
+    forced to some option."""
+    structure, keys, out = _plan_traces(pipeline, make_cases)
+    for i, site in enumerate(structure.sites):
+        addressed = jax.vmap(lambda k: bj.gumbel_at(k, site.step, site.slot, site.num_options))(
+            keys
+        )
+        for name in ("factual", "fixed_all", "forced"):
+            np.testing.assert_array_equal(
+                _bits(out[name]["noise"][i]), _bits(addressed), err_msg=f"{name}, {site}"
+            )
+        for step in range(structure.num_steps):
+            np.testing.assert_array_equal(
+                _bits(out["fixed_one"]["noise"][i][:, step]), _bits(addressed)
+            )
+    # the plans really differ: forcing and fixing change some choices
+    for name in ("fixed_all", "forced"):
+        assert np.any(np.asarray(out[name]["choice"]) != np.asarray(out["factual"]["choice"]))
 
 
 @pytest.mark.parametrize("pipeline, make_cases, parents", PIPELINES)
@@ -302,34 +341,18 @@ def test_common_random_numbers_one_step_fixed(pipeline, make_cases, parents):
     site bit-identical, and every choice of a step that is not a descendant of the fixed
     step unchanged (in particular every site drawn before it). The fixes must change some
     downstream choice somewhere, or the check would be empty."""
-    rng = np.random.default_rng(1)
-    num_cases = 24
-    cases = make_cases(rng, num_cases)
-    structure = bj.discover(pipeline, _first(cases))
+    structure, _, out = _plan_traces(pipeline, make_cases)
     assert set(structure.steps) == set(parents)
-    num_steps = structure.num_steps
-    players = tuple(range(num_steps))
-    fixes = tuple(1 for _ in players)
-    masks = jnp.eye(num_steps, dtype=bool)
-    worlds = bj.recorded_worlds(2, num_cases)
-
-    def run(case, key):
-        world = bj.World(key=key)
-        factual = bj.trace_run(pipeline, structure, case, world, bj.factual_plan(structure))
-
-        def fixed_one(mask):
-            return bj.trace_run(pipeline, structure, case, world, bj.mask_plan(structure, players, fixes, mask))
-
-        return factual, jax.vmap(fixed_one)(masks)
-
-    factual, fixed = jax.jit(jax.vmap(run))(cases, worlds.key[:, 0])
+    factual, fixed = out["factual"], out["fixed_one"]
     some_change = False
     for i, step in enumerate(structure.steps):
         first_site = min(j for j, s in enumerate(structure.sites) if s.step == step)
         downstream = _descendants(parents, step)
         for j, site in enumerate(structure.sites):
             np.testing.assert_array_equal(
-                _bits(fixed["noise"][j][:, i]), _bits(factual["noise"][j]), err_msg=f"fix {step}, site {site}"
+                _bits(fixed["noise"][j][:, i]),
+                _bits(factual["noise"][j]),
+                err_msg=f"fix {step}, site {site}",
             )
             same = np.asarray(fixed["choice"][:, i, j]) == np.asarray(factual["choice"][:, j])
             if j < first_site or site.step not in downstream:
@@ -339,7 +362,10 @@ def test_common_random_numbers_one_step_fixed(pipeline, make_cases, parents):
                 )
             elif not same.all():
                 some_change = True
-        assert np.all(np.asarray(fixed["variant"][:, i]) == np.asarray([s.step == step for s in structure.sites]))
+        assert np.all(
+            np.asarray(fixed["variant"][:, i])
+            == np.asarray([s.step == step for s in structure.sites])
+        )
     assert some_change
 
 
@@ -381,7 +407,9 @@ _UNREACHED_PLAYERS, _UNREACHED_FIXES = (0, 1, 2), (1, 1, 1)
 def _unreached_runner(mode):
     """One compiled function per mode: every coalition's score from the cube
     (`coalition_values`) and, from `trace_run`, every coalition's choices and score."""
-    structure = bj.discover(two_step, _first(_unreached_cases(np.random.default_rng(0), 1, "finite")))
+    structure = bj.discover(
+        two_step, _first(_unreached_cases(np.random.default_rng(0), 1, "finite"))
+    )
     players, fixes = _UNREACHED_PLAYERS, _UNREACHED_FIXES
     masks = jnp.asarray([[(m >> j) & 1 for j in range(3)] for m in range(8)], bool)
 
@@ -409,7 +437,8 @@ def test_neg_inf_in_unreached_row_changes_nothing(mode):
     worlds = bj.fresh_worlds(0, num_cases, num_worlds)
     run = _unreached_runner(mode)
     v_finite, c_finite, s_finite = (
-        np.asarray(x) for x in run(_unreached_cases(np.random.default_rng(3), num_cases, "finite"), worlds.key)
+        np.asarray(x)
+        for x in run(_unreached_cases(np.random.default_rng(3), num_cases, "finite"), worlds.key)
     )
     assert v_finite.shape == (num_cases, num_worlds, 8)
     # the values are not trivial: they differ across coalitions and cases
@@ -431,18 +460,27 @@ def test_neg_inf_in_unreached_row_changes_nothing(mode):
 
 
 def test_neg_inf_in_unreached_row_relaxed_gradient_is_finite():
-    """In relaxed mode the gradient of the score with respect to the tables holds no NaN
-    when a table has -inf entries (`0 * -inf` would give NaN)."""
-    cases = _unreached_cases(np.random.default_rng(4), 1, "partly -inf")
-    case = _first(cases)
+    """In relaxed mode the score and its gradient with respect to the tables hold no NaN
+    when a table row is partly or wholly -inf (`0 * -inf` or a softmax over a row of
+    -inf alone would give NaN)."""
+    case = _first(_unreached_cases(np.random.default_rng(4), 1, "finite"))
     structure = bj.discover(two_step, case)
     world = bj.World(key=bj.world_key(jr.key(0), 0, 1))
     plan = bj.factual_plan(structure)
 
-    def score(tables):
-        return bj.run_score(two_step, structure, {**case, **tables}, world, plan, bj.Relaxed(tau=0.5))
+    @jax.jit
+    def value_and_grad(tables):
+        def score(tables):
+            return bj.run_score(
+                two_step, structure, {**case, **tables}, world, plan, bj.Relaxed(tau=0.5)
+            )
 
-    grads = jax.jit(jax.grad(score))({"a": case["a"], "b": case["b"], "c": case["c"]})
-    for name, g in grads.items():
-        assert np.all(np.isfinite(np.asarray(g))), name
-    assert any(np.any(np.asarray(g) != 0) for g in grads.values())
+        return jax.value_and_grad(score)(tables)
+
+    for row in ("partly -inf", "all -inf"):
+        cases = _first(_unreached_cases(np.random.default_rng(4), 1, row))
+        value, grads = value_and_grad({"a": cases["a"], "b": cases["b"], "c": cases["c"]})
+        assert np.isfinite(float(value)), row
+        for name, g in grads.items():
+            assert np.all(np.isfinite(np.asarray(g))), (row, name)
+        assert any(np.any(np.asarray(g) != 0) for g in grads.values())
