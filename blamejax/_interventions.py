@@ -1,0 +1,475 @@
+"""Single-step interventions (the do-operators of Causal Agent Replay) as plans.
+
+Every intervention here returns a `Plan` for the existing `Context`: no pipeline is
+changed. Each builder starts from `plan` (default: the factual plan) and changes only
+the fields it names, so interventions compose by passing one builder's plan to the next:
+
+```python
+s = bj.discover(pipeline, case)
+plan = bj.do_action(s, "retriever", 1)                 # force option 1 at the retriever
+plan = bj.do_resample(s, "reviewer", 3, plan=plan)     # and re-draw the reviewer (stream 3)
+score = bj.run_score(pipeline, s, case, world, plan)
+```
+
+Steps before the intervened step k are untouched by every builder, so they replay the
+factual run exactly (same noise, same outputs). What the steps *after* k do is chosen
+with `downstream`:
+
+- `"held"` (default): later steps keep the world's noise (recorded or abducted) and react
+  to k's new output: a counterfactual total effect for this run.
+- `"fresh"`: later steps re-draw from fresh noise stream `stream`: interventional, the
+  semantics of Causal Agent Replay; it also credits step k with the luck of every later step.
+- `"direct"`: later draws are forced to their factual choices (`factual`, from
+  `bj.trace_run(...)["choice"]`): only k's direct effect on the score remains.
+
+"Later" means later in the pipeline's step order (`Structure.steps`, the order of first
+draw); for `do_observation`, the steps whose first draw comes after the deterministic site.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Int
+
+from ._pipeline import Plan, StepPlan, ValuePlan, factual_plan
+from ._structure import Structure
+
+DOWNSTREAM = ("held", "fresh", "direct")
+
+
+# -- argument checks ----------------------------------------------------------------------
+def step_index(structure: Structure, step, argument: str = "step") -> int:
+    """The index of `step` (an int index or a step name) in `structure.steps`.
+
+    **Raises:** `TypeError` for another type; `ValueError` for an index out of range, an
+    unknown name, or the name of a deterministic site (which does not sample).
+    """
+    if isinstance(step, (bool, np.bool_)) or not isinstance(step, (int, np.integer, str)):
+        raise TypeError(
+            f"`{argument}` must be a step index (int) or a step name (str), got "
+            f"{type(step).__name__}: {step!r}"
+        )
+    names = list(structure.steps)
+    if isinstance(step, str):
+        if step in names:
+            return names.index(step)
+        if any(v.name == step for v in structure.values):
+            raise ValueError(
+                f"`{argument}` = {step!r} is a deterministic site (ctx.deterministic), not a "
+                f"step that samples; use do_observation to replace its value. Steps: {names}"
+            )
+        raise ValueError(
+            f"`{argument}` = {step!r} is not a step of this pipeline; its steps are {names}"
+        )
+    if not 0 <= int(step) < len(names):
+        raise ValueError(
+            f"`{argument}` = {int(step)} is out of range: this pipeline has {len(names)} steps, "
+            f"indices 0..{len(names) - 1} ({names})"
+        )
+    return int(step)
+
+
+def _scalar_index(value, upper: int | None, label: str):
+    """An int32 scalar in [0, upper) (no upper bound when `upper` is None). Concrete values
+    are checked eagerly; traced values (inside `vmap`) only for shape and dtype. `label`
+    names the argument in errors, e.g. "`option` of step 'writer'"."""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{label} must be an integer, got {value!r}")
+    if isinstance(value, jax.core.Tracer):
+        if value.shape != () or not jnp.issubdtype(value.dtype, jnp.integer):
+            raise TypeError(
+                f"{label} must be an integer scalar, got {value.dtype}{list(value.shape)}"
+            )
+        return value.astype(jnp.int32)
+    array = np.asarray(value)
+    if array.shape != () or not np.issubdtype(array.dtype, np.integer):
+        raise TypeError(f"{label} must be an integer scalar, got {value!r}")
+    number = int(array)
+    if number < 0 or (upper is not None and number >= upper):
+        where = "a non-negative integer" if upper is None else f"in [0, {upper})"
+        raise ValueError(f"{label} must be {where}, got {number}")
+    return np.int32(number)
+
+
+def _check_factual(structure: Structure, factual):
+    factual = jnp.asarray(factual)
+    num_sites = len(structure.sites)
+    if factual.shape != (num_sites,) or not jnp.issubdtype(factual.dtype, jnp.integer):
+        raise ValueError(
+            f"`factual` must be the factual run's choice at every draw site, an int array of "
+            f"shape [{num_sites}] (bj.trace_run(...)['choice']), got {factual.dtype}{list(factual.shape)}"
+        )
+    return factual.astype(jnp.int32)
+
+
+def _start(structure: Structure, plan: Plan | None) -> Plan:
+    if plan is None:
+        return factual_plan(structure)
+    if not isinstance(plan, Plan):
+        raise TypeError(f"`plan` must be a blamejax.Plan (or None), got {type(plan).__name__}")
+    if len(plan.steps) != structure.num_steps or len(plan.values) != len(structure.values):
+        raise ValueError(
+            f"`plan` has {len(plan.steps)} step plans and {len(plan.values)} value plans; this "
+            f"pipeline has {structure.num_steps} steps and {len(structure.values)} deterministic sites"
+        )
+    return plan
+
+
+def _set_step(plan: Plan, index: int, **fields) -> Plan:
+    steps = list(plan.steps)
+    steps[index] = steps[index]._replace(**fields)
+    return plan._replace(steps=tuple(steps))
+
+
+def _downstream(
+    structure: Structure,
+    plan: Plan,
+    later_steps: Sequence[int],
+    later_sites: Sequence[int],
+    downstream: str,
+    stream,
+    factual,
+    *,
+    own_stream: bool = False,
+) -> Plan:
+    """Apply the downstream-noise rule to the later steps (fresh) or sites (direct)."""
+    if downstream not in DOWNSTREAM:
+        raise ValueError(f"`downstream` must be one of {DOWNSTREAM}, got {downstream!r}")
+    if factual is not None and downstream != "direct":
+        raise ValueError(
+            f"`factual` is only used with downstream='direct', got downstream={downstream!r}"
+        )
+    if downstream == "fresh":
+        if stream is None:
+            raise ValueError(
+                "downstream='fresh' needs `stream`, the fresh noise stream of the later steps"
+            )
+        stream = _scalar_index(stream, None, "`stream`")
+        for j in later_steps:
+            plan = _set_step(plan, j, noise=stream)
+    elif stream is not None and not own_stream:
+        raise ValueError(
+            f"`stream` is only used with downstream='fresh', got downstream={downstream!r}"
+        )
+    if downstream == "direct":
+        if factual is None:
+            raise ValueError(
+                "downstream='direct' needs `factual`, the factual choices to hold the later "
+                "steps at (bj.trace_run(pipeline, structure, case, world)['choice'])"
+            )
+        factual = _check_factual(structure, factual)
+        num_sites = len(structure.sites)
+        forced = plan.forced_sites
+        if forced is None:
+            forced = tuple(np.int32(-1) for _ in range(num_sites))
+        forced = list(forced)
+        for i in later_sites:
+            forced[i] = factual[i]
+        plan = plan._replace(forced_sites=tuple(forced))
+    return plan
+
+
+def _after_step(structure: Structure, k: int):
+    later_steps = range(k + 1, structure.num_steps)
+    later_sites = [i for i, s in enumerate(structure.sites) if structure.step_index(s.step) > k]
+    return later_steps, later_sites
+
+
+# -- the do-operators ---------------------------------------------------------------------
+def do_resample(
+    structure: Structure,
+    step,
+    stream,
+    *,
+    downstream: str = "held",
+    factual=None,
+    plan: Plan | None = None,
+) -> Plan:
+    """Re-draw step `step` from its unchanged policy, with fresh noise stream `stream`.
+
+    **Arguments:**
+    - `structure`: the pipeline's `Structure` (`bj.discover(pipeline, case)`).
+    - `step`: the step's index k or name.
+    - `stream`: which fresh noise stream (an int >= 0; one per rollout: rollout r uses r).
+    - `downstream`: `"held"`, `"fresh"` (later steps also use `stream`) or `"direct"`.
+    - `factual`: with `"direct"`, the factual choice of every draw site.
+    - `plan`: the plan to build on (default: the factual plan).
+
+    **Returns:** a `Plan`.
+
+    **Raises:** `ValueError`/`TypeError` naming the argument (unknown step, k out of range,
+    negative stream, bad `downstream`).
+
+    ```python
+    plan = bj.do_resample(structure, "writer", stream=0, downstream="fresh")
+    ```
+    """
+    plan = _start(structure, plan)
+    k = step_index(structure, step)
+    stream = _scalar_index(stream, None, "`stream`")
+    plan = _set_step(plan, k, noise=stream)
+    later_steps, later_sites = _after_step(structure, k)
+    return _downstream(
+        structure, plan, later_steps, later_sites, downstream, stream, factual, own_stream=True
+    )
+
+
+def do_action(
+    structure: Structure,
+    step,
+    option,
+    *,
+    downstream: str = "held",
+    stream=None,
+    factual=None,
+    plan: Plan | None = None,
+) -> Plan:
+    """Force option `option` at step `step` (in every draw slot of the step).
+
+    **Arguments:** as `do_resample`, with `option` an int in [0, K) of that step, and
+    `stream` needed only for `downstream="fresh"`.
+
+    **Returns:** a `Plan`.
+
+    **Raises:** `ValueError` for an option out of range, naming the step and its K.
+
+    ```python
+    plan = bj.do_action(structure, "planner", 0)   # the planner picks option 0
+    ```
+    """
+    plan = _start(structure, plan)
+    k = step_index(structure, step)
+    option = _scalar_index(
+        option, structure.num_options[k], f"`option` of step {structure.steps[k]!r}"
+    )
+    plan = _set_step(plan, k, forced=option)
+    later_steps, later_sites = _after_step(structure, k)
+    return _downstream(structure, plan, later_steps, later_sites, downstream, stream, factual)
+
+
+def do_context(
+    structure: Structure,
+    step,
+    shift,
+    *,
+    downstream: str = "held",
+    stream=None,
+    factual=None,
+    plan: Plan | None = None,
+) -> Plan:
+    """Change what step `step` decides from: add `shift` to every logits row it sees.
+
+    The step keeps its own noise (the same luck, a different input). A shift models a
+    changed input, e.g. a prompt that makes option 2 `e` times more likely (`shift[2] = 1`);
+    `-inf` removes an option. Only this step's logits change: upstream outputs, and the
+    inputs of other steps, stay as they were.
+
+    **Arguments:** as `do_resample`, with `shift` a float array of shape `[K]` (K = the
+    step's number of options), real or `-inf`. A second `do_context` on the same step
+    replaces the first shift.
+
+    **Returns:** a `Plan`.
+
+    **Raises:** `ValueError` for a shift of the wrong shape, or holding NaN or `+inf`.
+
+    ```python
+    plan = bj.do_context(structure, "writer", jnp.array([0.0, -jnp.inf, 0.0]))
+    ```
+    """
+    plan = _start(structure, plan)
+    k = step_index(structure, step)
+    num_options = structure.num_options[k]
+    shift = jnp.asarray(shift)
+    name = structure.steps[k]
+    if shift.shape != (num_options,) or not jnp.issubdtype(shift.dtype, jnp.floating):
+        raise ValueError(
+            f"`shift` of step {name!r} must be a float array of shape [{num_options}] (one "
+            f"entry per option), got {shift.dtype}{list(shift.shape)}"
+        )
+    if not isinstance(shift, jax.core.Tracer):
+        values = np.asarray(shift)
+        if np.isnan(values).any() or np.isposinf(values).any():
+            raise ValueError(
+                f"`shift` of step {name!r} must be real or -inf (an impossible option), got {values}"
+            )
+    plan = _set_step(plan, k, shift=shift)
+    later_steps, later_sites = _after_step(structure, k)
+    return _downstream(structure, plan, later_steps, later_sites, downstream, stream, factual)
+
+
+def do_policy(
+    structure: Structure,
+    step,
+    variant,
+    *,
+    downstream: str = "held",
+    stream=None,
+    factual=None,
+    plan: Plan | None = None,
+) -> Plan:
+    """Switch step `step` and every later step to variant `variant` (a model swap from k on).
+
+    With `downstream="held"` every switched step keeps its noise (the same luck under the
+    new model); with `"fresh"` the steps after k re-draw; with `"direct"` they are held at
+    their factual outputs, so only step k's switch acts.
+
+    **Arguments:** as `do_resample`, with `variant` an int; every step from k on must have it.
+
+    **Returns:** a `Plan`.
+
+    **Raises:** `ValueError` naming the first step from k on that lacks the variant.
+
+    ```python
+    plan = bj.do_policy(structure, "writer", 1)   # writer and reviewer run variant 1
+    ```
+    """
+    plan = _start(structure, plan)
+    k = step_index(structure, step)
+    variant = _scalar_index(variant, None, "`variant`")
+    for j in range(k, structure.num_steps):
+        count = structure.num_variants[j]
+        if not isinstance(variant, jax.core.Tracer) and int(variant) >= count:
+            raise ValueError(
+                f"`variant` = {int(variant)} does not exist at step {structure.steps[j]!r}, which "
+                f"has {count} variant(s) (0..{count - 1}); do_policy switches step "
+                f"{structure.steps[k]!r} and every later step, so each needs it"
+            )
+        plan = _set_step(plan, j, variant=variant)
+    later_steps, later_sites = _after_step(structure, k)
+    return _downstream(structure, plan, later_steps, later_sites, downstream, stream, factual)
+
+
+def do_observation(
+    structure: Structure,
+    name: str,
+    value,
+    *,
+    downstream: str = "held",
+    stream=None,
+    factual=None,
+    plan: Plan | None = None,
+) -> Plan:
+    """Replace what a deterministic site (a tool, `ctx.deterministic(name, ...)`) returned.
+
+    **Arguments:**
+    - `name`: the deterministic site's name.
+    - `value`: the value it returns instead, of the site's shape (cast to its dtype).
+    - `downstream`, `stream`, `factual`, `plan`: as `do_resample`; "later" means the steps
+      whose first draw comes after the site.
+
+    **Returns:** a `Plan`.
+
+    **Raises:** `ValueError` when `name` is a step that samples (use `do_action`), is
+    unknown, or `value` has the wrong shape.
+
+    ```python
+    plan = bj.do_observation(structure, "search_results", jnp.zeros(3))
+    ```
+    """
+    plan = _start(structure, plan)
+    names = [v.name for v in structure.values]
+    if not isinstance(name, str):
+        raise TypeError(f"`name` must be the name (str) of a deterministic site, got {name!r}")
+    if name not in names:
+        if name in structure.steps:
+            raise ValueError(
+                f"`name` = {name!r} is a step that samples (ctx.choose), not a deterministic "
+                f"site (ctx.deterministic); do_observation replaces a tool's output. To force "
+                f"one of the step's options use do_action. Deterministic sites: {names}"
+            )
+        raise ValueError(
+            f"`name` = {name!r} is not a deterministic site of this pipeline; its sites are {names}"
+        )
+    index = names.index(name)
+    site = structure.values[index]
+    value = jnp.asarray(value)
+    if tuple(value.shape) != tuple(site.shape):
+        raise ValueError(
+            f"`value` for deterministic site {name!r} must have shape {list(site.shape)}, got "
+            f"{list(value.shape)}"
+        )
+    values = list(plan.values)
+    values[index] = ValuePlan(active=np.bool_(True), value=value.astype(site.dtype))
+    plan = plan._replace(values=tuple(values))
+    if site.position < 0:
+        if downstream != "held":
+            raise ValueError(
+                f"the position of deterministic site {name!r} among the draws is unknown, so "
+                "downstream must be 'held'; rediscover the structure with bj.discover"
+            )
+        return plan
+    later_sites = list(range(site.position, len(structure.sites)))
+    first_site = {}
+    for i, s in enumerate(structure.sites):
+        first_site.setdefault(s.step, i)
+    later_steps = [j for j, step in enumerate(structure.steps) if first_site[step] >= site.position]
+    return _downstream(structure, plan, later_steps, later_sites, downstream, stream, factual)
+
+
+# -- batches of plans -----------------------------------------------------------------------
+def full_plan(structure: Structure, plan: Plan) -> Plan:
+    """`plan` with every optional field filled in (zero shifts, inactive value overrides,
+    no forced sites), so that plans built by different interventions share one pytree
+    structure and can be stacked into a batch."""
+    plan = _start(structure, plan)
+    dtype = jnp.result_type(float)
+    steps = []
+    for j, step_plan in enumerate(plan.steps):
+        shift = step_plan.shift
+        if shift is None:
+            shift = jnp.zeros((structure.num_options[j],), dtype)
+        steps.append(
+            StepPlan(
+                variant=jnp.asarray(step_plan.variant, jnp.int32),
+                noise=jnp.asarray(step_plan.noise, jnp.int32),
+                forced=jnp.asarray(step_plan.forced, jnp.int32),
+                shift=jnp.asarray(shift, dtype),
+            )
+        )
+    values = []
+    for site, value_plan in zip(structure.values, plan.values):
+        if value_plan is None:
+            value_plan = ValuePlan(active=False, value=jnp.zeros(site.shape, site.dtype))
+        values.append(
+            ValuePlan(
+                active=jnp.asarray(value_plan.active, bool),
+                value=jnp.asarray(value_plan.value, site.dtype),
+            )
+        )
+    num_sites = len(structure.sites)
+    forced = plan.forced_sites
+    if forced is None:
+        forced = (-1,) * num_sites
+    forced = tuple(jnp.asarray(f, jnp.int32) for f in forced)
+    return Plan(steps=tuple(steps), values=tuple(values), forced_sites=forced)
+
+
+def stack_plans(structure: Structure, plans: Sequence[Plan]) -> Plan:
+    """Stack single plans (from any mix of interventions) into one batched `Plan` with a
+    leading axis, ready for `bj.plan_values` (one vmapped call).
+
+    **Arguments:**
+    - `structure`: the pipeline's `Structure`.
+    - `plans`: a non-empty sequence of unbatched `Plan`s.
+
+    **Returns:** a `Plan` whose every leaf has a leading axis of length `len(plans)`.
+
+    ```python
+    plans = bj.stack_plans(s, [bj.do_resample(s, k, 0) for k in range(s.num_steps)])
+    scores = bj.plan_values(pipeline, s, case, world, plans)
+    ```
+    """
+    plans = list(plans)
+    if not plans:
+        raise ValueError("`plans` is empty; give at least one Plan")
+    full = [full_plan(structure, p) for p in plans]
+    return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *full)
+
+
+def step_of_site(structure: Structure) -> Int[Array, " sites"]:
+    """The step index of every draw site (in `Structure.sites` order), as a numpy array."""
+    return np.array([structure.step_index(s.step) for s in structure.sites], dtype=np.int32)
