@@ -48,7 +48,7 @@ def run_rag_demo(args) -> int:
         result.save_html(out / f"report_{noise}.html")
         result.to_json(out / f"result_{noise}.json")
         summary[noise] = dict(
-            mean_shapley=dict(zip(result.steps, np.asarray(result.mean_shapley).round(4).tolist(), strict=True)),
+            mean_shapley=dict(zip(result.steps, np.asarray(result.mean_shapley, np.float64).round(4).tolist(), strict=True)),
             seconds=round(seconds, 2),
         )
     if "fresh" in modes and not args.skip_noise_sharing:
@@ -61,7 +61,7 @@ def run_rag_demo(args) -> int:
         for i, step in enumerate(gain.steps):
             print(f"{step:<10} {float(gain.shared[i]):>13.4f} {float(gain.independent[i]):>12.4f} {float(gain.ratio[i]):>6.2f}x")
         print("Sharing one fresh world across all prefixes of an order (common random numbers) cuts the variance by the ratio.\n")
-        summary["noise_sharing_ratio"] = dict(zip(gain.steps, np.asarray(gain.ratio).round(3).tolist(), strict=True))
+        summary["noise_sharing_ratio"] = dict(zip(gain.steps, np.asarray(gain.ratio, np.float64).round(3).tolist(), strict=True))
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     print(f"Reports written to {out}/ (report_<mode>.html, result_<mode>.json, summary.json)")
     return 0
