@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from fractions import Fraction
 from math import comb
+from operator import itemgetter
 from typing import NamedTuple
 
 import jax
@@ -49,8 +50,11 @@ def site_noise(worlds: bj.World, steps: Sequence[TableStep]) -> np.ndarray:
     num_options = max(step.logits.shape[-1] for step in steps)
     per_step = []
     for step in steps:
-        one = lambda key, name=step.name: bj.gumbel_at(key, name, 0, num_options)  # noqa: E731
-        per_step.append(np.asarray(jax.jit(jax.vmap(jax.vmap(one)))(worlds.key)))
+        # Run eagerly: every step then reuses the same small compiled kernels.
+        one = jax.vmap(
+            jax.vmap(lambda key, name=step.name: bj.gumbel_at(key, name, 0, num_options))
+        )
+        per_step.append(np.asarray(one(worlds.key)))
     return np.stack(per_step, axis=2)
 
 
@@ -84,22 +88,28 @@ def world_values(
         coalitions = range(1 << num_steps)
     tables = [step.logits[failure] for step in steps]
     gumbels = [noise[i, : tables[i].shape[-1]] for i in range(num_steps)]
-    parents = [step.parents for step in steps]
+    # parents_of[i](choices): the parents' choices, as an int (one parent) or a tuple.
+    parents_of = [itemgetter(*step.parents) if step.parents else _no_parents for step in steps]
     cache: dict = {}
     values = np.empty(len(coalitions), dtype=np.float64)
     for row, mask in enumerate(coalitions):
         choices: list[int] = []
         for i in range(num_steps):
             variant = fixes[i] if (mask >> i) & 1 else 0
-            key = (i, variant, *[choices[p] for p in parents[i]])
+            key = (i, variant, parents_of[i](choices))
             choice = cache.get(key)
             if choice is None:
-                logits = tables[i][key[1:]]  # the row this step sees: [K]
+                seen = key[2] if isinstance(key[2], tuple) else (key[2],)
+                logits = tables[i][(variant, *seen)]  # the row this step sees: [K]
                 choice = int(np.argmax(logits + gumbels[i]))
                 cache[key] = choice
             choices.append(choice)
         values[row] = score(failure, choices)
     return values
+
+
+def _no_parents(choices) -> tuple:
+    return ()
 
 
 def shapley_weights(num_players: int) -> np.ndarray:

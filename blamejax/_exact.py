@@ -175,7 +175,7 @@ def _chunk_function(pipeline, structure, players, fixes, mode, interactions, wor
 
     def cube(case, world):
         v = coalition_values(pipeline, structure, case, world, players, fixes, mode)
-        return v, v.min(), v.max()
+        return (v,) + _min_max(v)
 
     def per_failure(case, worlds):
         num_worlds = worlds.key.shape[0]
@@ -200,14 +200,17 @@ def _chunk_function(pipeline, structure, players, fixes, mode, interactions, wor
         return attribution, lo, hi
 
     def last_step(case, world):
-        empty = trace_run(pipeline, structure, case, world, mode=mode)["choice"]
-        bits = [None] * structure.num_steps
-        for p in players:
-            bits[p] = np.int32(1)
         full_fix = [0] * structure.num_steps
         for p, f in zip(players, fixes):
             full_fix[p] = f
-        full = trace_run(pipeline, structure, case, world, coalition_plan(structure, bits, full_fix), mode)["choice"]
+
+        def choices(bit):  # bit 0: the failed run (every step factual); 1: every fix on
+            bits = [bit if i in players else None for i in range(structure.num_steps)]
+            plan = coalition_plan(structure, bits, full_fix)
+            return trace_run(pipeline, structure, case, world, plan, mode)["choice"]
+
+        # One batched trace of both runs: half the code to compile of two separate traces.
+        empty, full = jax.vmap(choices)(jnp.arange(2, dtype=jnp.int32))
         site_player = np.array([players.index(structure.step_index(s.step)) if structure.step_index(s.step) in players else -1 for s in structure.sites])
         differs = (empty != full) & jnp.asarray(site_player >= 0)
         order = jnp.arange(len(structure.sites))
@@ -223,6 +226,17 @@ def _chunk_function(pipeline, structure, players, fixes, mode, interactions, wor
     compiled = jax.jit(chunk)
     _CACHE[cache_key] = compiled
     return compiled
+
+
+def _min_max(v):
+    """`(v.min(), v.max())` in one pass: one fused reduction, where two separate ones each
+    re-read (and, after the coalition vmaps, re-layout) the whole score table."""
+    init = (jnp.asarray(jnp.inf, v.dtype), jnp.asarray(-jnp.inf, v.dtype))
+
+    def combine(a, b):
+        return jnp.minimum(a[0], b[0]), jnp.maximum(a[1], b[1])
+
+    return jax.lax.reduce((v, v), init, combine, tuple(range(v.ndim)))
 
 
 def exact_blame(
@@ -270,7 +284,8 @@ def exact_blame(
     """
     num_failures = _leading_size(cases)
     lo_decl, hi_decl = _check_score_range(score_range)
-    first = jax.tree_util.tree_map(lambda x: x[0], cases)
+    host_cases = jax.tree_util.tree_map(np.asarray, cases)  # cheap host slicing below
+    first = jax.tree_util.tree_map(lambda x: x[0], host_cases)
     structure = discover(pipeline, first)
     check_finite_logits(cases)
     players, variants = resolve_players(structure, steps, fixes)
@@ -296,7 +311,6 @@ def exact_blame(
     elif not isinstance(chunk_size, int) or chunk_size < 1 or chunk_size & (chunk_size - 1):
         raise ValueError(f"`chunk_size` must be a positive power of two, got {chunk_size!r}")
     function = _chunk_function(pipeline, structure, players, variants, mode, interactions, world_group)
-    host_cases = jax.tree_util.tree_map(np.asarray, cases)
     host_worlds = _to_host(worlds)
     pieces, lows, highs = [], [], []
     for start in range(0, num_failures, chunk_size):

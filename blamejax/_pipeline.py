@@ -298,7 +298,8 @@ def _step_eval(fn, **kwargs):
 
 @_step_eval
 def _gather_choice(table, flat_index):
-    return table.reshape(-1)[flat_index]
+    # The flat index is in bounds by construction (variant < V, parent < K_parent).
+    return table.reshape(-1).at[flat_index].get(mode="promise_in_bounds")
 
 
 _HARD_GRADIENT_MESSAGE = (
