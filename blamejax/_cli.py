@@ -58,6 +58,12 @@ def _agent8(args) -> int:
     return 0
 
 
+def _stopping(args) -> int:
+    from ._demo_rag import run_stopping_demo
+
+    return run_stopping_demo(args)
+
+
 def _rag(args) -> int:
     from ._demo_rag import run_rag_demo
 
@@ -70,8 +76,8 @@ def _fit(args) -> int:
     return run_fit_demo(args)
 
 
-DEMOS = {"refund": _refund, "car": _car, "agent8": _agent8, "rag": _rag, "fit": _fit}
-DEFAULT_CASES = {"refund": 20, "car": 200, "agent8": 200, "rag": 200, "fit": 400}
+DEMOS = {"refund": _refund, "car": _car, "agent8": _agent8, "rag": _rag, "fit": _fit, "stopping": _stopping}
+DEFAULT_CASES = {"refund": 20, "car": 200, "agent8": 200, "rag": 200, "fit": 400, "stopping": 3000}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run a built-in demo and print its blame table")
     demo.add_argument("name", choices=sorted(DEMOS), help="which demo to run")
     demo.add_argument("--seed", type=int, default=0, help="root seed of the recorded noise (default 0)")
-    demo.add_argument("--cases", type=int, default=None, help="number of cases to run (default: refund 20, rag 200, agent8 200, car 200, fit 400)")
+    demo.add_argument("--cases", type=int, default=None, help="number of cases to run (default: refund 20, rag 200, agent8 200, car 200, fit 400, stopping 3000)")
     demo.add_argument("--out", default=None, help="folder for the reports of `rag` and `fit` (default blamejax-out/NAME)")
     demo.add_argument("--noise", default="all", choices=["all", "recorded", "inferred", "fresh"], help="noise mode(s) for `rag` (default all three)")
     demo.add_argument("--worlds", type=int, default=8, help="worlds per failure for inferred and fresh noise (default 8)")
