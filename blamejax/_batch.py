@@ -390,7 +390,7 @@ def _worlds(pipeline, sub_cases, ids, key, noise, num_worlds, observed, choices)
     if noise == "fresh":
         return fresh_worlds(key, ids, num_worlds)
     obs = choices[ids] if observed is None else np.asarray(observed)[ids]
-    worlds = inferred_worlds(pipeline, sub_cases, obs, jr.fold_in(key, 0xABD), num_worlds)
+    worlds = inferred_worlds(pipeline, sub_cases, obs, jr.fold_in(key, 0xABD), num_worlds, case_ids=ids)
     return worlds
 
 

@@ -88,7 +88,7 @@ def observed_plan(structure: Structure, observed: Int[Array, " sites"]) -> Plan:
     return plan._replace(forced_sites=tuple(observed[i] for i in range(len(structure.sites))))
 
 
-def inferred_worlds(pipeline: Callable, cases, observed, key, num_worlds: int) -> World:
+def inferred_worlds(pipeline: Callable, cases, observed, key, num_worlds: int, case_ids=None) -> World:
     """Abduct `num_worlds` posterior worlds per case from the observed choices alone.
 
     For every draw site, the logits it saw are found by replaying the case with every
@@ -104,6 +104,9 @@ def inferred_worlds(pipeline: Callable, cases, observed, key, num_worlds: int) -
       `discover(pipeline, case).sites` order).
     - `key`: root key or int seed.
     - `num_worlds`: W.
+    - `case_ids`: the case index of each row of `cases` (default 0..F-1). World w of case i
+      is addressed by `(key, i, w)`, so a case's posterior worlds do not depend on which
+      other cases are abducted with it.
 
     **Returns:** a `World` with keys `[F, W]`, overrides (one `[F, W, K]` per site) and
     `valid` all true.
@@ -140,7 +143,9 @@ def inferred_worlds(pipeline: Callable, cases, observed, key, num_worlds: int) -
                 f"{site.step!r} (slot {site.slot}) has logit -inf in the factual run, so it "
                 "could not have been chosen; the observations and the logits disagree"
             )
-    ids = jnp.arange(num_cases)
+    ids = jnp.asarray(np.arange(num_cases) if case_ids is None else _case_ids(case_ids))
+    if ids.shape != (num_cases,):
+        raise ValueError(f"`case_ids` must hold one id per case ({num_cases}), got shape {ids.shape}")
     worlds = jnp.arange(1, num_worlds + 1)
     keys = jax.vmap(lambda f: jax.vmap(lambda w: world_key(key, f, w))(worlds))(ids)
 
