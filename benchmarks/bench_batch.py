@@ -89,7 +89,6 @@ def main(argv=None) -> int:
     ref_factual_s, ref_scores = reference_factual(cases, key, args.cases)
     failed = np.flatnonzero(ref_scores < 1)
     tables = [ref.TableStep(s, np.asarray(cases[s]), PARENTS[s]) for s in STEPS]
-    failed_cases = jax.tree_util.tree_map(lambda x: x[failed], cases)
     rows = []
     print(f"{args.cases} RAG cases, {failed.size} failures; W = {args.worlds} for inferred and fresh noise\n")
     for noise_mode in ("recorded", "inferred", "fresh"):
