@@ -12,10 +12,12 @@ Weights such as ``s! (n-s-1)! / n!`` are computed with Python integers and conve
 
 from __future__ import annotations
 
+import functools
 from fractions import Fraction
 from math import comb
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
@@ -36,6 +38,27 @@ def interaction_weights(n: int) -> np.ndarray:
 def _pad_last(x, before: int, after: int):
     widths = [(0, 0)] * (x.ndim - 1) + [(before, after)]
     return jnp.pad(x, widths)
+
+
+_MATMUL_LEVELS = 7
+
+
+@functools.cache
+def _block_matrix(levels: int) -> np.ndarray:
+    """`[2^b, (b+1) + b (b+1)]`: column s of the first part sums the coalitions of popcount s;
+    column (i, s) of the second adds v(S + i) and subtracts v(S) for |S| = s, i not in S."""
+    size = 1 << levels
+    h = np.zeros((size, levels + 1))
+    d = np.zeros((size, levels, levels + 1))
+    for r in range(size):
+        count = bin(r).count("1")
+        h[r, count] = 1.0
+        for i in range(levels):
+            if (r >> i) & 1:
+                d[r, i, count - 1] += 1.0
+            else:
+                d[r, i, count] -= 1.0
+    return np.concatenate([h, d.reshape(size, -1)], axis=1)
 
 
 def marginal_size_sums(values: Float[Array, " coalitions"], pairs: bool = False):
@@ -59,10 +82,24 @@ def marginal_size_sums(values: Float[Array, " coalitions"], pairs: bool = False)
     # H[b, s]: sum of v over the low-bit coalitions of block b with popcount s.
     # D[b, i, s]: grouped marginals of step i (i below the current level).
     # E[b, i, j, s]: grouped second differences of steps i, j (both below the level).
-    H = values[:, None]
-    D = jnp.zeros((size, 0, 1), dtype)
-    E = jnp.zeros((size, 0, 0, 1), dtype) if pairs else None
-    for level in range(n):
+    first = 0
+    if pairs:
+        H = values[:, None]
+        D = jnp.zeros((size, 0, 1), dtype)
+        E = jnp.zeros((size, 0, 0, 1), dtype)
+    else:
+        # The first levels at once: one matrix product with a fixed 0/+-1 matrix over blocks
+        # of 2^b coalitions (b <= 7, so each output sums at most 128 terms).
+        first = min(_MATMUL_LEVELS, n)
+        out = jnp.matmul(
+            values.reshape(size >> first, 1 << first),
+            jnp.asarray(_block_matrix(first), dtype),
+            precision=jax.lax.Precision.HIGHEST,
+        )
+        H = out[:, : first + 1]
+        D = out[:, first + 1 :].reshape(size >> first, first, first + 1)
+        E = None
+    for level in range(first, n):
         blocks = size >> (level + 1)
         H = H.reshape(blocks, 2, level + 1)
         D = D.reshape(blocks, 2, level, level + 1)
