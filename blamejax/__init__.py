@@ -1,6 +1,7 @@
 """blamejax: which step of a failed stochastic pipeline is to blame, by counterfactual replay."""
 
 from . import demos as demos
+from . import scm as scm
 from ._batch import NOISE_MODES as NOISE_MODES
 from ._batch import BatchResult as BatchResult
 from ._batch import blame_batch as blame_batch
