@@ -20,7 +20,7 @@ import numpy as np
 from jaxtyping import Array, Float, Int
 
 from ._bounds import bernstein_radius, checkpoint_delta, checkpoints, normal_radius
-from ._evaluate import mask_plan, mask_values, trace_run
+from ._evaluate import last_step_blame, mask_plan, mask_values
 from ._exact import _check_score_range, exact_blame, resolve_players
 from ._pipeline import Hard, World
 from ._replay import replay
@@ -436,17 +436,11 @@ def _mc_function(pipeline, structure, players, variants, mode, num_permutations)
 
     n = len(players)
     ends = np.array([[False] * n, [True] * n])
-    site_player = np.array([players.index(structure.step_index(s.step)) if structure.step_index(s.step) in players else -1 for s in structure.sites])
 
     def one(case, worlds, key):
         estimate = mc_shapley_fixed(pipeline, structure, case, worlds, key, num_permutations, players, variants, mode=mode)
         v = jax.vmap(lambda w: mask_values(pipeline, structure, case, w, players, variants, ends, mode))(worlds)
-        factual = jax.vmap(lambda w: trace_run(pipeline, structure, case, w, mode=mode)["choice"])(worlds)
-        fixed_plan = mask_plan(structure, players, variants, np.ones(n, bool))
-        fixed = jax.vmap(lambda w: trace_run(pipeline, structure, case, w, fixed_plan, mode)["choice"])(worlds)
-        differs = (factual != fixed) & jnp.asarray(site_player >= 0)
-        last_site = jnp.max(jnp.where(differs, jnp.arange(len(structure.sites)), -1), axis=-1)
-        last = jnp.where(last_site >= 0, jnp.asarray(site_player)[jnp.maximum(last_site, 0)], -1)
+        last = jax.vmap(lambda w: last_step_blame(pipeline, structure, case, w, players, variants, mode))(worlds)
         return estimate, v[:, 0].mean(), v[:, 1].mean(), last
 
     def batch(cases, worlds, key):

@@ -153,6 +153,35 @@ def trace_run(pipeline: Callable, structure: Structure, case, world: World, plan
     )
 
 
+def last_step_blame(
+    pipeline: Callable,
+    structure: Structure,
+    case,
+    world: World,
+    players: Sequence[int],
+    fix_variants: Sequence[int],
+    mode=Hard(),
+):
+    """The naive baseline: the index (into `players`) of the last player whose output
+    differs between the failed run (every step factual) and the fully fixed run, or -1 when
+    no player's output differs. Steps that are not players are never named."""
+    players = tuple(players)
+    full = np.ones(len(players), bool)
+
+    def choices(on):  # 0: the failed run; 1: every player's fix on
+        plan = mask_plan(structure, players, fix_variants, full & on)
+        return trace_run(pipeline, structure, case, world, plan, mode)["choice"]
+
+    # One batched trace of both runs: half the code to compile of two separate traces.
+    failed, fixed = jax.vmap(choices)(jnp.asarray([False, True]))
+    site_player = np.array(
+        [players.index(structure.step_index(s.step)) if structure.step_index(s.step) in players else -1 for s in structure.sites]
+    )
+    differs = (failed != fixed) & jnp.asarray(site_player >= 0)
+    last_site = jnp.max(jnp.where(differs, jnp.arange(len(structure.sites)), -1))
+    return jnp.where(last_site >= 0, jnp.asarray(site_player)[jnp.maximum(last_site, 0)], -1)
+
+
 def count_step_evaluations(pipeline: Callable, structure: Structure, case, world: World, players=None, fix_variants=None) -> int:
     """How many step evaluations (hard-mode gathers and free-form argmaxes) the
     all-coalitions table of one world costs, read from the jaxpr after `vmap`.

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
-from ._evaluate import coalition_plan, coalition_values, trace_run
+from ._evaluate import coalition_values, last_step_blame
 from ._pipeline import Hard, World
 from ._shapley import attribute
 from ._structure import Structure, check_finite_logits, discover
@@ -200,22 +200,7 @@ def _chunk_function(pipeline, structure, players, fixes, mode, interactions, wor
         return attribution, lo, hi
 
     def last_step(case, world):
-        full_fix = [0] * structure.num_steps
-        for p, f in zip(players, fixes):
-            full_fix[p] = f
-
-        def choices(bit):  # bit 0: the failed run (every step factual); 1: every fix on
-            bits = [bit if i in players else None for i in range(structure.num_steps)]
-            plan = coalition_plan(structure, bits, full_fix)
-            return trace_run(pipeline, structure, case, world, plan, mode)["choice"]
-
-        # One batched trace of both runs: half the code to compile of two separate traces.
-        empty, full = jax.vmap(choices)(jnp.arange(2, dtype=jnp.int32))
-        site_player = np.array([players.index(structure.step_index(s.step)) if structure.step_index(s.step) in players else -1 for s in structure.sites])
-        differs = (empty != full) & jnp.asarray(site_player >= 0)
-        order = jnp.arange(len(structure.sites))
-        last_site = jnp.max(jnp.where(differs, order, -1))
-        return jnp.where(last_site >= 0, jnp.asarray(site_player)[jnp.maximum(last_site, 0)], -1)
+        return last_step_blame(pipeline, structure, case, world, players, fixes, mode)
 
     def chunk(cases, worlds):
         TRACE_COUNTS[cache_key] = TRACE_COUNTS.get(cache_key, 0) + 1
