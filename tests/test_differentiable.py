@@ -125,7 +125,8 @@ def test_fit_improves_objective_and_holds_in_hard_mode():
         return per(with_shift(shift), worlds).mean()
 
     fit = bj.fit_fixes(lambda s: -full_score(s, bj.Relaxed(0.3)) + 0.01 * jnp.sum(s**2), jnp.zeros((3, 3)), optax.adam(0.1), 150)
-    # Seeded and deterministic: the relaxed objective drops by about 0.05 (from -0.469 to
+    # Seeded and deterministic in float32 (under JAX_ENABLE_X64 the Gumbels, hence the
+    # instance, differ; CI runs this test in float32 only): the relaxed objective drops by about 0.05 (from -0.469 to
     # -0.518) and the hard fully-fixed score rises from 0.44 to 0.61; the margins below are
     # half of those gains.
     assert float(fit.losses[-1]) < float(fit.losses[0]) - 0.025
