@@ -615,6 +615,20 @@ def _cell(p: dict) -> str:
     return f"{100 * p['rate']:.1f} [{100 * p['low']:.1f}, {100 * p['high']:.1f}]"
 
 
+def _no_answer_lines(results, methods, labels, what: str) -> list[str]:
+    """The note under a table: per method, how many failures (or cases) got no answer in each
+    configuration; nothing when every method always named a step."""
+    counts = [
+        (labels[name], [r["methods"][m]["no_answer"] for r in results])
+        for m, name in enumerate(methods)
+    ]
+    counts = [(label, row) for label, row in counts if any(row)]
+    if not counts:
+        return []
+    listed = "; ".join(f"{label}: " + ", ".join(str(c) for c in row) for label, row in counts)
+    return ["", f"{what} for which a method named no step (counted as misses): {listed} (in the column order above)."]
+
+
 def _table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
@@ -692,20 +706,7 @@ def results_markdown(
                 cells.append(cell)
             body.append([labels[name]] + cells)
         lines += _table(["method"] + names, body)
-        no_answer = [
-            (labels[name], [r["methods"][m]["no_answer"] for r in single])
-            for m, name in enumerate(methods)
-        ]
-        no_answer = [(label, counts) for label, counts in no_answer if any(counts)]
-        if no_answer:
-            lines += [
-                "",
-                "Failures for which a method named no step (counted as misses): "
-                + "; ".join(
-                    f"{label}: " + ", ".join(f"{c}" for c in counts) for label, counts in no_answer
-                )
-                + " (in the column order above).",
-            ]
+        lines += _no_answer_lines(single, methods, labels, "Failures")
         checks = [r["check"]["earliest_repair_is_label"] for r in single]
         lines += [
             "",
@@ -734,20 +735,7 @@ def results_markdown(
                 cells.append(cell)
             body.append([labels[name]] + cells)
         lines += _table(["method"] + names, body)
-        no_answer = [
-            (labels[name], [r["methods"][m]["no_answer"] for r in multi])
-            for m, name in enumerate(methods)
-        ]
-        no_answer = [(label, counts) for label, counts in no_answer if any(counts)]
-        if no_answer:
-            lines += [
-                "",
-                "Cases for which a method named no step (counted as misses): "
-                + "; ".join(
-                    f"{label}: " + ", ".join(f"{c}" for c in counts) for label, counts in no_answer
-                )
-                + " (in the column order above).",
-            ]
+        lines += _no_answer_lines(multi, methods, labels, "Cases")
         worst = max(r["check"]["exact_max_abs_error"] for r in multi)
         lines += [
             "",
