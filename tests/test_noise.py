@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 import blamejax as bj
+from blamejax import _noise as noise
 from blamejax._noise import gumbel_sites
 
 NAMES = ("planner", "retriever", "writer", "reviewer", "verify", "étape-ü")
@@ -89,7 +90,7 @@ def test_stable_hash_rejects_non_str():
 
 
 def _bits(x):
-    return np.asarray(x).view(np.uint32)
+    return np.atleast_1d(np.asarray(x)).view(np.uint32)
 
 
 def test_gumbel_at_same_address_same_values():
@@ -154,6 +155,79 @@ def test_gumbel_sites_rows_equal_gumbel_at():
             )
     jitted = jax.jit(lambda k: gumbel_sites(k, steps, slots, 7))(key)
     np.testing.assert_array_equal(_bits(jitted), _bits(gumbel_sites(key, steps, slots, 7)))
+
+
+# --------------------------------------------------------------------------------------
+# the unrolled Threefry hash reproduces jax.random bit for bit
+# --------------------------------------------------------------------------------------
+
+
+def test_threefry2x32_equals_jax():
+    from jax.extend.random import threefry_2x32
+
+    rng = np.random.default_rng(0)
+    words = rng.integers(0, 2**32, size=(64, 4), dtype=np.uint64).astype(np.uint32)
+    for k1, k2, x1, x2 in words:
+        ours = noise.threefry2x32(k1, k2, x1, x2)
+        theirs = threefry_2x32((jnp.uint32(k1), jnp.uint32(k2)), jnp.asarray([x1, x2], jnp.uint32))
+        assert [int(v) for v in ours] == [int(v) for v in theirs]
+
+
+@pytest.mark.parametrize("data", [0, 1, 7, 0x47554D42, 2**32 - 1])
+def test_fold_in_split_gumbel_uniform_equal_jax_random(data):
+    """Under jit and eagerly, in the default float dtype (the CI float64 run covers
+    float64): the addressed noise is exactly jax.random's, only computed faster."""
+    key = jr.key(123)
+    folded = noise.fold_in(key, data)
+    assert jr.key_data(folded).tolist() == jr.key_data(jr.fold_in(key, data)).tolist()
+    jitted = jax.jit(noise.fold_in)(key, jnp.uint32(data))
+    assert jr.key_data(jitted).tolist() == jr.key_data(jr.fold_in(key, data)).tolist()
+    ours = [jr.key_data(k).tolist() for k in noise._split2(folded)]
+    assert ours == jr.key_data(jr.split(folded)).tolist()
+    np.testing.assert_array_equal(_bits(noise._gumbels(folded)), _bits(jr.gumbel(folded)))
+    np.testing.assert_array_equal(_bits(noise._gumbels(folded, 9)), _bits(jr.gumbel(folded, (9,))))
+    site = jr.fold_in(jr.fold_in(jr.fold_in(key, noise._UNIFORM_TAG), bj.stable_hash("w")), 2)
+    np.testing.assert_array_equal(
+        _bits(bj.uniform_at(key, "w", 2, data)), _bits(jr.uniform(jr.fold_in(site, data)))
+    )
+
+
+def test_gumbel_at_is_jax_random_at_its_address():
+    key = bj.world_key(jr.key(5), 3, 2)
+    reference_key = jr.fold_in(jr.fold_in(jr.key(5), 3), 2)
+    assert jr.key_data(key).tolist() == jr.key_data(reference_key).tolist()
+    site = jr.fold_in(jr.fold_in(jr.fold_in(key, noise._GUMBEL_TAG), bj.stable_hash("writer")), 1)
+    expected = np.stack([np.asarray(jr.gumbel(jr.fold_in(site, j))) for j in range(6)])
+    np.testing.assert_array_equal(_bits(bj.gumbel_at(key, "writer", 1, 6)), _bits(expected))
+
+
+def _loop_reference(key, sites, num_options):
+    rows = []
+    for step, slot in sites:
+        site = jr.fold_in(jr.fold_in(jr.fold_in(key, noise._GUMBEL_TAG), bj.stable_hash(step)), slot)
+        rows.append([np.asarray(jr.gumbel(jr.fold_in(site, j))) for j in range(num_options)])
+    return np.asarray(rows)
+
+
+def test_non_partitionable_threefry_falls_back_to_jax_random():
+    """In JAX's older (non-partitionable) Threefry mode the unrolled hash would differ, so
+    the draws go through jax.random itself and still equal it at every address."""
+    sites = (("a", 0), ("b", 1))
+    with jax.threefry_partitionable(False):
+        key = jr.key(3)
+        table = gumbel_sites(key, ("a", "b"), (0, 1), 4)
+        np.testing.assert_array_equal(_bits(table), _bits(_loop_reference(key, sites, 4)))
+        assert jr.key_data(noise.fold_in(key, 9)).tolist() == jr.key_data(jr.fold_in(key, 9)).tolist()
+
+
+def test_other_key_implementation_uses_jax_random():
+    """An `rbg` key goes through jax.random (its draws are not vmap-invariant, so only
+    determinism and the distribution's support are checked)."""
+    key = jr.key(3, impl="rbg")
+    table = np.asarray(gumbel_sites(key, ("a", "b"), (0, 1), 4))
+    assert table.shape == (2, 4) and np.all(np.isfinite(table))
+    np.testing.assert_array_equal(_bits(table), _bits(gumbel_sites(key, ("a", "b"), (0, 1), 4)))
+    assert jr.key_data(noise.fold_in(key, 9)).tolist() == jr.key_data(jr.fold_in(key, 9)).tolist()
 
 
 def test_gumbel_at_is_standard_gumbel():
