@@ -535,7 +535,7 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes, a smoke run")
     parser.add_argument("--x64", action="store_true", help="float64 (same as JAX_ENABLE_X64=1)")
     parser.add_argument(
-        "--repeats", type=int, default=None, help="steady-state repeats (default 7, quick 3)"
+        "--repeats", type=int, default=None, help="steady-state repeats (default 31, quick 3)"
     )
     parser.add_argument(
         "--budget",
@@ -563,7 +563,7 @@ def main(argv=None) -> int:
         sizes = sorted(QUICK_SIZES if args.quick else SIZES)
     else:
         sizes = [int(s) for s in args.sizes.split(",")]
-    repeats = args.repeats or (3 if args.quick else 7)
+    repeats = args.repeats or (3 if args.quick else 31)
     budget = args.budget if args.budget is not None else (2.0 if args.quick else 20.0)
     env = dict(os.environ, JAX_ENABLE_X64="1" if x64 else "0")
     env["PYTHONPATH"] = os.pathsep.join([ROOT, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)

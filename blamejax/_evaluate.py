@@ -43,6 +43,7 @@ def coalition_values(
     players: Sequence[int],
     fix_variants: Sequence[int],
     mode=Hard(),
+    noise=None,
 ) -> Float[Array, " coalitions"]:
     """The score of every coalition of `players` for one case and one world.
 
@@ -52,6 +53,8 @@ def coalition_values(
     players runs 2^(a+1) times, not 2^n, and the noise and tabulated argmaxes, which
     depend on no bit, run once (prefix sharing).
 
+    `noise` is the world's site noise if the caller already computed it (`world_noise`).
+
     **Returns:** `Float[Array, "2**n"]`, `v[m]`.
     """
     n = len(players)
@@ -59,7 +62,8 @@ def coalition_values(
     for p, f in zip(players, fix_variants):
         fixes[p] = f
 
-    noise = world_noise(structure, world)  # depends on no bit: computed once per world
+    if noise is None:
+        noise = world_noise(structure, world)  # depends on no bit: computed once per world
 
     def score(*bits):
         step_bits = [None] * structure.num_steps
@@ -119,7 +123,9 @@ def plan_values(pipeline: Callable, structure: Structure, case, world: World, pl
     return jax.vmap(lambda plan: run_score(pipeline, structure, case, world, plan, mode, noise))(plans)
 
 
-def trace_run(pipeline: Callable, structure: Structure, case, world: World, plan: Plan | None = None, mode=Hard()):
+def trace_run(
+    pipeline: Callable, structure: Structure, case, world: World, plan: Plan | None = None, mode=Hard(), noise=None
+):
     """Run one plan and return what every draw saw and chose.
 
     **Returns:** a dict with
@@ -133,7 +139,7 @@ def trace_run(pipeline: Callable, structure: Structure, case, world: World, plan
     if plan is None:
         plan = factual_plan(structure)
     record: dict = {}
-    ctx = Context(structure, plan, world, mode, record=record)
+    ctx = Context(structure, plan, world, mode, record=record, noise=noise)
     score = jnp.asarray(pipeline(ctx, case), dtype=jnp.result_type(float))
     num_sites = len(structure.sites)
     missing = [structure.sites[i] for i in range(num_sites) if ("site", i) not in record]
@@ -161,6 +167,7 @@ def last_step_blame(
     players: Sequence[int],
     fix_variants: Sequence[int],
     mode=Hard(),
+    noise=None,
 ):
     """The naive baseline: the index (into `players`) of the last player whose output
     differs between the failed run (every step factual) and the fully fixed run, or -1 when
@@ -170,7 +177,7 @@ def last_step_blame(
 
     def choices(on):  # 0: the failed run; 1: every player's fix on
         plan = mask_plan(structure, players, fix_variants, full & on)
-        return trace_run(pipeline, structure, case, world, plan, mode)["choice"]
+        return trace_run(pipeline, structure, case, world, plan, mode, noise)["choice"]
 
     # One batched trace of both runs: half the code to compile of two separate traces.
     failed, fixed = jax.vmap(choices)(jnp.asarray([False, True]))

@@ -8,6 +8,7 @@ Chunk sizes are powers of two, so a batch of any size compiles at most a few tim
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 import equinox as eqx
@@ -17,7 +18,7 @@ import numpy as np
 from jaxtyping import Array, Float, Int
 
 from ._evaluate import coalition_values, last_step_blame
-from ._pipeline import Hard, World
+from ._pipeline import Hard, World, world_noise
 from ._shapley import attribute
 from ._structure import Structure, check_finite_logits, discover
 from ._worlds import _leading_size
@@ -159,13 +160,11 @@ def check_worlds(worlds: World, num_failures: int, structure: Structure) -> int:
 
 
 def _bucket(count: int, chunk: int) -> int:
-    """The smallest bucket size >= count, capped at the chunk size. Buckets are the powers
-    of two and 1.5 times them (1, 2, 3, 4, 6, 8, 12, 16, 24, ...): at most a third of a
-    call is padding, and a batch of any size compiles only a few shapes."""
-    power = 1 << max(0, (count - 1).bit_length())
-    if power >= 4 and 3 * power // 4 >= count:
-        power = 3 * power // 4
-    return min(chunk, power)
+    """The smallest bucket size >= count, capped at the chunk size. Buckets keep four
+    significant bits (1..16, then 18, 20, ..., 32, 36, 40, ...): less than an eighth of a
+    call is padding, and a batch of any size compiles at most eight shapes per doubling."""
+    step = 1 << max(0, count.bit_length() - 4)
+    return min(chunk, -(-count // step) * step)
 
 
 def _chunk_function(pipeline, structure, players, fixes, mode, interactions, world_group):
@@ -174,13 +173,17 @@ def _chunk_function(pipeline, structure, players, fixes, mode, interactions, wor
         return _CACHE[cache_key]
 
     def cube(case, world):
-        v = coalition_values(pipeline, structure, case, world, players, fixes, mode)
-        return (v,) + _min_max(v)
+        # The world's noise is computed once and shared by the coalition table and the
+        # last-step baseline.
+        noise = world_noise(structure, world)
+        v = coalition_values(pipeline, structure, case, world, players, fixes, mode, noise)
+        last = last_step_blame(pipeline, structure, case, world, players, fixes, mode, noise)
+        return (v,) + _min_max(v) + (last,)
 
     def per_failure(case, worlds):
         num_worlds = worlds.key.shape[0]
         if world_group >= num_worlds:
-            v, lo, hi = jax.vmap(cube, in_axes=(None, 0))(case, worlds)
+            v, lo, hi, last = jax.vmap(cube, in_axes=(None, 0))(case, worlds)
             total, lo, hi = v.sum(0), lo.min(), hi.max()
         else:
             groups = jax.tree_util.tree_map(
@@ -189,28 +192,52 @@ def _chunk_function(pipeline, structure, players, fixes, mode, interactions, wor
 
             def body(carry, group):
                 total, lo, hi = carry
-                v, low, high = jax.vmap(cube, in_axes=(None, 0))(case, group)
-                return (total + v.sum(0), jnp.minimum(lo, low.min()), jnp.maximum(hi, high.max())), None
+                v, low, high, last = jax.vmap(cube, in_axes=(None, 0))(case, group)
+                carry = (total + v.sum(0), jnp.minimum(lo, low.min()), jnp.maximum(hi, high.max()))
+                return carry, last
 
             size = 1 << len(players)
             init = (jnp.zeros(size), jnp.asarray(jnp.inf), jnp.asarray(-jnp.inf))
-            (total, lo, hi), _ = jax.lax.scan(body, init, groups)
+            (total, lo, hi), last = jax.lax.scan(body, init, groups)
+            last = last.reshape(num_worlds)
         mean = total / num_worlds
         attribution = attribute(mean, interactions=interactions)
-        return attribution, lo, hi
-
-    def last_step(case, world):
-        return last_step_blame(pipeline, structure, case, world, players, fixes, mode)
+        return attribution, lo, hi, last
 
     def chunk(cases, worlds):
         TRACE_COUNTS[cache_key] = TRACE_COUNTS.get(cache_key, 0) + 1
-        attribution, lo, hi = jax.vmap(per_failure)(cases, worlds)
-        last = jax.vmap(jax.vmap(last_step, in_axes=(None, 0)))(cases, worlds)
-        return attribution, lo, hi, last
+        attribution, lo, hi, last = jax.vmap(per_failure)(cases, worlds)
+        # [lowest score, highest score, any NaN/+inf logits]: one small transfer to check.
+        stats = jnp.stack([lo.min(), hi.max(), _non_finite(cases).astype(lo.dtype)])
+        return attribution, last, stats
 
     compiled = jax.jit(chunk)
     _CACHE[cache_key] = compiled
     return compiled
+
+
+def _non_finite(cases):
+    """True when a floating leaf of `cases` holds NaN or +inf (-inf is allowed)."""
+    flags = [
+        jnp.any(jnp.isnan(x) | jnp.isposinf(x))
+        for x in jax.tree_util.tree_leaves(cases)
+        if jnp.issubdtype(x.dtype, jnp.floating)
+    ]
+    return jnp.any(jnp.stack(flags)) if flags else jnp.asarray(False)
+
+
+@jax.jit
+def _take(tree, index):
+    """Rows `index` of every leaf (on the device): one chunk of failures, padded."""
+    return jax.tree_util.tree_map(lambda x: x[index], tree)
+
+
+@functools.partial(jax.jit, static_argnums=(1,))
+def _join(pieces, counts):
+    """Concatenate the chunks' outputs, dropping each chunk's padding (one compiled call)."""
+    return jax.tree_util.tree_map(
+        lambda *xs: jnp.concatenate([x[:count] for x, count in zip(xs, counts)]), *pieces
+    )
 
 
 def _min_max(v):
@@ -269,10 +296,10 @@ def exact_blame(
     """
     num_failures = _leading_size(cases)
     lo_decl, hi_decl = _check_score_range(score_range)
-    host_cases = jax.tree_util.tree_map(np.asarray, cases)  # cheap host slicing below
-    first = jax.tree_util.tree_map(lambda x: x[0], host_cases)
+    # On the device once (a no-op for JAX arrays), and sliced there.
+    cases = jax.tree_util.tree_map(lambda x: x if isinstance(x, jax.Array) else jnp.asarray(x), cases)
+    first = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), cases)
     structure = discover(pipeline, first)
-    check_finite_logits(cases)
     players, variants = resolve_players(structure, steps, fixes)
     n = len(players)
     if not isinstance(max_steps, int) or max_steps < 1:
@@ -296,27 +323,32 @@ def exact_blame(
     elif not isinstance(chunk_size, int) or chunk_size < 1 or chunk_size & (chunk_size - 1):
         raise ValueError(f"`chunk_size` must be a positive power of two, got {chunk_size!r}")
     function = _chunk_function(pipeline, structure, players, variants, mode, interactions, world_group)
-    host_worlds = _to_host(worlds)
-    pieces, lows, highs = [], [], []
+    pieces, stats = [], []
     for start in range(0, num_failures, chunk_size):
         stop = min(start + chunk_size, num_failures)
         bucket = _bucket(stop - start, chunk_size)
-        index = np.arange(start, start + bucket)
-        index = np.where(index < stop, index, start)  # pad with a real failure, dropped below
-        take = lambda x: x[index]  # noqa: E731
-        out = function(jax.tree_util.tree_map(take, host_cases), _from_host(jax.tree_util.tree_map(take, host_worlds)))
-        attribution, lo, hi, last = jax.tree_util.tree_map(lambda x: np.asarray(x)[: stop - start], out)
-        pieces.append((attribution, last))
-        lows.append(float(lo.min()))
-        highs.append(float(hi.max()))
-    low, high = min(lows), max(highs)
+        if start == 0 and bucket == num_failures:
+            chunk_cases, chunk_worlds = cases, worlds  # one call, no padding: no copies
+        else:
+            index = np.arange(start, start + bucket)
+            index = np.where(index < stop, index, start)  # pad with a real failure, dropped below
+            chunk_cases, chunk_worlds = _take((cases, worlds), jnp.asarray(index, jnp.int32))
+        attribution, last, chunk_stats = function(chunk_cases, chunk_worlds)
+        pieces.append((attribution, last, stop - start))
+        stats.append(chunk_stats)
+    stats = np.asarray(jnp.stack(stats))
+    if stats[:, 2].any():
+        check_finite_logits(cases)  # raises, naming the leaf and the index
+    low, high = float(stats[:, 0].min()), float(stats[:, 1].max())
     if low < lo_decl or high > hi_decl:
         raise ValueError(
             f"the pipeline returned scores in [{low}, {high}], outside the declared "
             f"`score_range` {score_range}; declare the true range (the confidence bounds use it)"
         )
-    attribution = jax.tree_util.tree_map(lambda *xs: jnp.asarray(np.concatenate(xs)), *[p[0] for p in pieces])
-    last = jnp.asarray(np.concatenate([p[1] for p in pieces]))
+    if len(pieces) == 1 and pieces[0][1].shape[0] == num_failures:
+        attribution, last, _ = pieces[0]
+    else:
+        attribution, last = _join(tuple(p[:2] for p in pieces), tuple(p[2] for p in pieces))
     return ExactResult(
         steps=tuple(structure.steps[p] for p in players),
         shapley=attribution.shapley,

@@ -118,15 +118,23 @@ def test_chunks_and_world_groups_agree(monkeypatch, getkey):
     np.testing.assert_array_equal(chunked.last_step, whole.last_step)
 
 
+def test_bucket_sizes():
+    sizes = [_exact._bucket(count, 1024) for count in range(1, 2000)]
+    assert all(b >= c for b, c in zip(sizes, range(1, 1025)))
+    assert all(b - c < c / 8 for b, c in zip(sizes, range(1, 1025)))  # < 1/8 padding
+    assert len(set(sizes[256:512])) == 8  # counts 257..512: eight shapes per doubling
+    assert max(sizes) == 1024  # capped at the chunk
+
+
 def test_no_recompiles_across_batch_sizes(getkey):
-    cases = random_chain_cases(getkey(), 3, num_cases=16, num_options=3)
+    cases = random_chain_cases(getkey(), 3, num_cases=20, num_options=3)
     traces_before = dict(_exact.TRACE_COUNTS)
-    for size in (5, 6, 5, 6, 6):
+    for size in (17, 18, 17, 18, 18):
         sub = jax.tree_util.tree_map(lambda x: x[:size], cases)
         bj.exact_blame(chain_pipeline, sub, bj.fresh_worlds(0, size, 2))
     new = {k: v - traces_before.get(k, 0) for k, v in _exact.TRACE_COUNTS.items()}
-    assert sum(new.values()) == 1  # 5 and 6 share the bucket of 6: one trace in all
-    for size in (7, 8, 7):  # bucket 8: one more trace
+    assert sum(new.values()) == 1  # 17 and 18 share the bucket of 18: one trace in all
+    for size in (19, 20, 19):  # bucket 20: one more trace
         sub = jax.tree_util.tree_map(lambda x: x[:size], cases)
         bj.exact_blame(chain_pipeline, sub, bj.fresh_worlds(0, size, 2))
     new = {k: v - traces_before.get(k, 0) for k, v in _exact.TRACE_COUNTS.items()}
