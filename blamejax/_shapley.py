@@ -5,7 +5,9 @@ here is a fixed linear map of `v`, computed without a loop over coalitions and w
 building a 2^n x n matrix: a divide-and-conquer over the bits keeps, for every step i,
 the sum of its marginal contributions grouped by coalition size. Each level only adds
 pairs, so float32 rounding grows with log(2^n) = n, not with 2^n, and the total work is
-about 6 * 2^n additions (about 26 * 2^n with pairwise interactions).
+about 6 * 2^n additions (about 26 * 2^n with pairwise interactions). From n = 18 on, a
+split into two halves of the steps does the same with two matrix products
+(`_split_size_sums`).
 
 Weights such as ``s! (n-s-1)! / n!`` are computed with Python integers and converted once.
 """
@@ -41,6 +43,7 @@ def _pad_last(x, before: int, after: int):
 
 
 _MATMUL_LEVELS = 7
+_SPLIT_FROM = 18  # from this n on, `_split_size_sums` is faster (it reads the table twice)
 
 
 @functools.cache
@@ -61,6 +64,48 @@ def _block_matrix(levels: int) -> np.ndarray:
     return np.concatenate([h, d.reshape(size, -1)], axis=1)
 
 
+@functools.cache
+def _diagonal_sum(rows: int, cols: int, n: int) -> np.ndarray:
+    """`T[p, q, s] = 1` where `p + q = s`: contracts a table over (high size, low size)
+    into the total size."""
+    out = np.zeros((rows, cols, n))
+    for p in range(rows):
+        for q in range(cols):
+            if p + q < n:
+                out[p, q, p + q] = 1.0
+    return out
+
+
+def _split_size_sums(values, n: int):
+    """`marginal_size_sums` (no pairs) for large n, by splitting the steps into a low half
+    (index r) and a high half (index h), with the table read as ``V[h, r]``.
+
+    For a low step i the grouped marginals are the low-half marginals of
+    ``P[p, r] = sum of V[h, r] over h with popcount p``, shifted by p; for a high step,
+    symmetrically, the high-half marginals of ``Q[h, q] = sum of V[h, r] over r with
+    popcount q``. The two big contractions read the table once each and cost about
+    (n + 2) multiply-adds per coalition (the divide-and-conquer's levels past the first
+    matrix product cost more at n >= 18); each difference v(S + i) - v(S) is taken between
+    sums of at most 2^(n/2) values, and the size weights are applied afterwards.
+    """
+    low = n // 2
+    high = n - low
+    dtype = values.dtype
+    hi_matrix = jnp.asarray(_block_matrix(high), dtype)  # [2^high, (high+1) + high (high+1)]
+    lo_matrix = jnp.asarray(_block_matrix(low), dtype)  # [2^low, (low+1) + low (low+1)]
+    table = values.reshape(1 << high, 1 << low)
+    dot = functools.partial(jnp.matmul, precision=jax.lax.Precision.HIGHEST)
+    by_high_size = dot(hi_matrix[:, : high + 1].T, table)  # P: [high+1, 2^low]
+    by_low_size = dot(table, lo_matrix[:, : low + 1])  # Q: [2^high, low+1]
+    low_marginals = dot(by_high_size, lo_matrix[:, low + 1 :]).reshape(high + 1, low, low + 1)
+    high_marginals = dot(hi_matrix[:, high + 1 :].T, by_low_size).reshape(high, high + 1, low + 1)
+    to_size = jnp.asarray(_diagonal_sum(high + 1, low + 1, n), dtype)  # [p, q, s]
+    highest = jax.lax.Precision.HIGHEST
+    d_low = jnp.einsum("piq,pqs->is", low_marginals, to_size, precision=highest)
+    d_high = jnp.einsum("jpq,pqs->js", high_marginals, to_size, precision=highest)
+    return jnp.concatenate([d_low, d_high], axis=0)
+
+
 def marginal_size_sums(values: Float[Array, " coalitions"], pairs: bool = False):
     """Sums of marginal contributions grouped by coalition size.
 
@@ -79,6 +124,8 @@ def marginal_size_sums(values: Float[Array, " coalitions"], pairs: bool = False)
     if 1 << n != size:
         raise ValueError(f"`values` must have length 2**n, got {size}")
     dtype = values.dtype
+    if not pairs and n >= _SPLIT_FROM:
+        return _split_size_sums(values, n)
     # H[b, s]: sum of v over the low-bit coalitions of block b with popcount s.
     # D[b, i, s]: grouped marginals of step i (i below the current level).
     # E[b, i, j, s]: grouped second differences of steps i, j (both below the level).

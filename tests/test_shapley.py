@@ -83,9 +83,32 @@ def test_axioms(n):
             assert np.abs(phi_n).max() > 1e-3
 
 
-@pytest.mark.parametrize("n", [12, 16])
+@pytest.mark.parametrize("n", range(2, 9))
+def test_split_reduction_equals_brute_force_float64(n, monkeypatch):
+    """The two-halves reduction used from n = 18 on, forced at small n."""
+    monkeypatch.setattr(bj._shapley, "_SPLIT_FROM", 2)
+    with jax.enable_x64(True):
+        for seed in range(3):
+            v = np.random.default_rng([n, seed, 7]).normal(size=1 << n)
+            out = attribute(jnp.asarray(v, jnp.float64), interactions=False)
+            phi, banzhaf, _ = brute_force(v, n)
+            np.testing.assert_allclose(out.shapley, phi, rtol=0, atol=1e-12)
+            np.testing.assert_allclose(out.banzhaf, banzhaf, rtol=0, atol=1e-12)
+
+
+def test_split_reduction_equals_divide_and_conquer_at_n18(monkeypatch):
+    v = np.random.default_rng(18).normal(size=1 << 18)
+    with jax.enable_x64(True):
+        split = np.asarray(attribute(jnp.asarray(v), interactions=False).shapley)
+        monkeypatch.setattr(bj._shapley, "_SPLIT_FROM", 99)
+        pairwise = np.asarray(attribute(jnp.asarray(v), interactions=False).shapley)
+    np.testing.assert_allclose(split, pairwise, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("n", [12, 16, 20, pytest.param(24, marks=pytest.mark.slow)])
 def test_float32_close_to_float64(n):
-    """Pairwise grouping keeps float32 within 1e-6 of float64 on non-trivial tables."""
+    """Pairwise grouping (and, from n = 18, the two-halves split) keeps float32 within
+    1e-6 of float64 on non-trivial tables."""
     v = np.random.default_rng(n).uniform(size=1 << n)
     phi32 = np.asarray(attribute(jnp.asarray(v, jnp.float32), interactions=False).shapley)
     with jax.enable_x64(True):
