@@ -133,8 +133,13 @@ def _gumbel_words(words, index, dtype):
 
 def fold_in(key: PRNGKeyArray, data) -> PRNGKeyArray:
     """`jax.random.fold_in(key, data)`, bit for bit, through the unrolled hash. `key` and
-    `data` broadcast against each other: the result is one key per element."""
-    data = jnp.asarray(data, jnp.uint32)
+    `data` broadcast against each other: the result is one key per element. Compiled, as
+    jax.random's is, so that an eager call costs one dispatch."""
+    return _fold_in(key, jnp.asarray(data, jnp.uint32))
+
+
+@jax.jit
+def _fold_in(key, data):
     if _unrolled(key):
         return _wrap(key, _fold_words(_words(key), data))
     typed = jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
@@ -164,11 +169,13 @@ def _gumbels(key, num: int | None = None):
     return _gumbel_words(_words(key), index, dtype)
 
 
+@jax.jit
 def world_key(key: PRNGKeyArray, failure: int | Int[Array, ""], world: int | Int[Array, ""]):
     """The key of one world of one failure: ``fold_in(fold_in(key, failure), world)``."""
     return fold_in(fold_in(key, failure), world)
 
 
+@jax.jit
 def fresh_key(key: PRNGKeyArray, stream: Int[Array, ""]) -> PRNGKeyArray:
     """The key of fresh noise stream ``stream`` inside a world (used by resampling)."""
     return fold_in(fold_in(key, _FRESH_TAG), stream)
@@ -248,6 +255,7 @@ def gumbel_max(logits: Float[Array, "*batch K"], gumbels: Float[Array, "*batch K
     return jnp.argmax(logits + gumbels, axis=-1).astype(jnp.int32)
 
 
+@jax.jit
 def abduct_gumbels(
     key: PRNGKeyArray, logits: Float[Array, " K"], observed: Int[Array, ""]
 ) -> Float[Array, " K"]:
