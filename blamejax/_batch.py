@@ -21,10 +21,10 @@ from jaxtyping import Array, Float, Int
 
 from ._bounds import bernstein_radius, checkpoint_delta, checkpoints, normal_radius
 from ._evaluate import last_step_blame, mask_plan, mask_values
-from ._exact import _check_score_range, exact_blame, resolve_players
+from ._exact import _check_score_range, _take, exact_blame, resolve_players
 from ._pipeline import Hard, World
 from ._replay import replay
-from ._structure import discover
+from ._structure import discover, one_case
 from ._worlds import _leading_size, as_key, fresh_worlds, inferred_worlds, recorded_worlds
 
 NOISE_MODES = {
@@ -269,7 +269,7 @@ def blame_batch(
         raise ValueError(f"`threshold` must lie in ({low}, {high}], got {threshold}")
     key = as_key(key)
     num_cases = _leading_size(cases)
-    structure = discover(pipeline, jax.tree_util.tree_map(lambda x: x[0], cases))
+    structure = discover(pipeline, one_case(cases))
     players, variants = resolve_players(structure, steps, fixes)
     n = len(players)
     names = tuple(structure.steps[p] for p in players)
@@ -294,7 +294,7 @@ def blame_batch(
         return _empty_result(structure, names, noise, estimator, interval, delta, threshold, (low, high), num_cases, evaluations, option_names)
 
     # 2. The worlds of every failure to analyse, and how often each fix alone resolves it.
-    all_cases = jax.tree_util.tree_map(lambda x: x[failed], cases)
+    all_cases = _take(cases, jnp.asarray(failed, jnp.int32))  # one compiled gather
     all_worlds = _worlds(pipeline, all_cases, failed, key, noise, num_worlds, observed, choices)
     resolve = _per_failure_resolve(pipeline, structure, all_cases, all_worlds, players, variants, threshold, mode)
     num_w = all_worlds.key.shape[1]
@@ -310,9 +310,12 @@ def blame_batch(
     start, k = 0, 0
     while start < failed.size and stopped is None:
         rows = np.arange(start, min(start + block_size, failed.size))
-        sub = lambda x: x[rows]  # noqa: E731
+        if rows.size == failed.size:
+            block_cases, block_worlds = all_cases, all_worlds
+        else:
+            block_cases, block_worlds = _take((all_cases, all_worlds), jnp.asarray(rows, jnp.int32))
         block = _analyse(
-            pipeline, jax.tree_util.tree_map(sub, all_cases), jax.tree_util.tree_map(sub, all_worlds),
+            pipeline, block_cases, block_worlds,
             names, fixes, (low, high), estimator, num_permutations, jr.fold_in(key, start), mode,
         )
         evaluations += block.pop("evaluations")
@@ -348,7 +351,8 @@ def blame_batch(
 
     # 4. Drill-down traces: the failed run and the fully fixed run of each analysed failure.
     full_plan = mask_plan(structure, players, variants, np.ones(n, bool))
-    fixed_run = replay(pipeline, jax.tree_util.tree_map(lambda x: x[analysed], cases), recorded_worlds(key, analysed), plan=full_plan, mode=mode)
+    analysed_cases = _take(cases, jnp.asarray(analysed, jnp.int32))
+    fixed_run = replay(pipeline, analysed_cases, recorded_worlds(key, analysed), plan=full_plan, mode=mode)
     return BatchResult(
         steps=names,
         site_steps=tuple(s.step for s in structure.sites),
@@ -407,7 +411,7 @@ def _analyse(pipeline, cases, worlds, names, fixes, score_range, estimator, num_
             last_step=np.asarray(result.last_step),
             evaluations=num_f * num_w * (1 << n),
         )
-    structure = discover(pipeline, jax.tree_util.tree_map(lambda x: x[0], cases))
+    structure = discover(pipeline, one_case(cases))
     players, variants = resolve_players(structure, names, fixes)
     estimate, empty, full, last = _mc_function(pipeline, structure, players, variants, mode, num_permutations)(cases, worlds, key)
     low, high = score_range

@@ -20,7 +20,7 @@ from jaxtyping import Array, Float, Int
 from ._evaluate import coalition_values, last_step_blame
 from ._pipeline import Hard, World, world_noise
 from ._shapley import attribute
-from ._structure import Structure, check_finite_logits, discover
+from ._structure import Structure, check_finite_logits, discover, one_case
 from ._worlds import _leading_size
 
 DEFAULT_MAX_STEPS = 20
@@ -298,8 +298,7 @@ def exact_blame(
     lo_decl, hi_decl = _check_score_range(score_range)
     # On the device once (a no-op for JAX arrays), and sliced there.
     cases = jax.tree_util.tree_map(lambda x: x if isinstance(x, jax.Array) else jnp.asarray(x), cases)
-    first = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), cases)
-    structure = discover(pipeline, first)
+    structure = discover(pipeline, one_case(cases))
     players, variants = resolve_players(structure, steps, fixes)
     n = len(players)
     if not isinstance(max_steps, int) or max_steps < 1:

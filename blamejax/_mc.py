@@ -47,7 +47,7 @@ from . import _bounds
 from ._evaluate import mask_plan, run_score
 from ._exact import _check_score_range, _from_host, _to_host, check_worlds, resolve_players
 from ._pipeline import Hard, World, world_noise
-from ._structure import Structure, check_finite_logits, discover
+from ._structure import Structure, check_finite_logits, discover, one_case
 from ._worlds import _leading_size, as_key
 
 _PERM_TAG = 0x5045524D  # "PERM": keeps the order stream apart from the noise streams
@@ -599,7 +599,7 @@ def mc_shapley(
     """
     num_failures = _leading_size(cases)
     low_decl, high_decl = _check_score_range(score_range)
-    first = jax.tree_util.tree_map(lambda x: x[0], cases)
+    first = one_case(cases)
     structure = discover(pipeline, first)
     check_finite_logits(cases)
     players, variants = resolve_players(structure, steps, fixes)

@@ -9,7 +9,7 @@ import jax
 from ._evaluate import trace_run
 from ._exact import check_worlds
 from ._pipeline import Hard, Plan, World, factual_plan
-from ._structure import check_finite_logits, discover
+from ._structure import check_finite_logits, discover, one_case
 from ._worlds import _leading_size
 
 
@@ -35,7 +35,7 @@ def replay(pipeline: Callable, cases, worlds: World, plan: Plan | None = None, m
     ```
     """
     num_cases = _leading_size(cases)
-    structure = discover(pipeline, jax.tree_util.tree_map(lambda x: x[0], cases))
+    structure = discover(pipeline, one_case(cases))
     check_finite_logits(cases)
     check_worlds(worlds, num_cases, structure)
     if plan is None:

@@ -125,6 +125,12 @@ class _Recorder:
 _DISCOVERED: dict = {}
 
 
+def one_case(cases):
+    """The shapes and dtypes of one case of a batch (the leading axis dropped): what
+    `discover` needs, without slicing any array."""
+    return jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(np.shape(x)[1:], x.dtype), cases)
+
+
 def discover(pipeline: Callable, case) -> Structure:
     """Trace `pipeline(ctx, case)` once (no computation) and return its `Structure`.
 

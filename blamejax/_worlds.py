@@ -23,7 +23,7 @@ from jaxtyping import Array, Int, PRNGKeyArray
 from ._evaluate import trace_run
 from ._noise import _ABDUCT_TAG, abduct_gumbels, stable_hash, world_key
 from ._pipeline import Plan, World, factual_plan
-from ._structure import Structure, check_finite_logits, discover
+from ._structure import Structure, check_finite_logits, discover, one_case
 
 
 def as_key(key) -> PRNGKeyArray:
@@ -62,9 +62,8 @@ def recorded_worlds(key, case_ids) -> World:
     **Returns:** a `World` whose key has shape `[F, 1]`.
     """
     key = as_key(key)
-    ids = jnp.asarray(_case_ids(case_ids))
-    keys = jax.vmap(lambda f: world_key(key, f, 0))(ids)
-    return World(key=keys[:, None])
+    ids = jnp.asarray(_case_ids(case_ids), jnp.uint32)
+    return World(key=world_key(key, ids[:, None], 0))  # one compiled call for all cases
 
 
 def fresh_worlds(key, case_ids, num_worlds: int) -> World:
@@ -76,10 +75,9 @@ def fresh_worlds(key, case_ids, num_worlds: int) -> World:
     if not isinstance(num_worlds, (int, np.integer)) or num_worlds < 1:
         raise ValueError(f"`num_worlds` must be a positive int, got {num_worlds!r}")
     key = as_key(key)
-    ids = jnp.asarray(_case_ids(case_ids))
-    worlds = jnp.arange(1, num_worlds + 1)
-    keys = jax.vmap(lambda f: jax.vmap(lambda w: world_key(key, f, w))(worlds))(ids)
-    return World(key=keys)
+    ids = jnp.asarray(_case_ids(case_ids), jnp.uint32)
+    worlds = jnp.arange(1, num_worlds + 1, dtype=jnp.uint32)
+    return World(key=world_key(key, ids[:, None], worlds[None, :]))
 
 
 def observed_plan(structure: Structure, observed: Int[Array, " sites"]) -> Plan:
@@ -117,7 +115,7 @@ def inferred_worlds(pipeline: Callable, cases, observed, key, num_worlds: int, c
     if not isinstance(num_worlds, (int, np.integer)) or num_worlds < 1:
         raise ValueError(f"`num_worlds` must be a positive int, got {num_worlds!r}")
     num_cases = _leading_size(cases)
-    structure = discover(pipeline, jax.tree_util.tree_map(lambda x: x[0], cases))
+    structure = discover(pipeline, one_case(cases))
     check_finite_logits(cases)
     observed = jnp.asarray(observed, jnp.int32)
     num_sites = len(structure.sites)
