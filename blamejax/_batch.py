@@ -277,7 +277,8 @@ def blame_batch(
         estimator = "exact" if n <= EXACT_AUTO_LIMIT else "mc"
 
     # 1. Every case once, as it happened (recorded noise). A pass costs one evaluation.
-    run = replay(pipeline, cases, recorded_worlds(key, num_cases), mode=mode)
+    recorded = recorded_worlds(key, num_cases)
+    run = replay(pipeline, cases, recorded, mode=mode)
     scores = np.asarray(run["score"][:, 0])
     choices = np.asarray(run["choice"][:, 0])
     failed = np.flatnonzero(scores < threshold)
@@ -294,8 +295,12 @@ def blame_batch(
         return _empty_result(structure, names, noise, estimator, interval, delta, threshold, (low, high), num_cases, evaluations, option_names)
 
     # 2. The worlds of every failure to analyse, and how often each fix alone resolves it.
-    all_cases = _take(cases, jnp.asarray(failed, jnp.int32))  # one compiled gather
-    all_worlds = _worlds(pipeline, all_cases, failed, key, noise, num_worlds, observed, choices)
+    rows = jnp.asarray(failed, jnp.int32)
+    if noise == "recorded":  # the failures' own worlds: rows of the factual run's worlds
+        all_cases, all_worlds = _take((cases, recorded), rows)
+    else:
+        all_cases = _take(cases, rows)
+        all_worlds = _worlds(pipeline, all_cases, failed, key, noise, num_worlds, observed, choices)
     resolve = _per_failure_resolve(pipeline, structure, all_cases, all_worlds, players, variants, threshold, mode)
     num_w = all_worlds.key.shape[1]
     evaluations += failed.size * num_w * n
@@ -350,9 +355,10 @@ def blame_batch(
     last_rate = np.array([(last == i).mean() for i in range(n)])
 
     # 4. Drill-down traces: the failed run and the fully fixed run of each analysed failure.
+    #    Every case is replayed (not only the analysed ones), so that this call has the
+    #    shapes of the factual replay above and reuses its compiled function.
     full_plan = mask_plan(structure, players, variants, np.ones(n, bool))
-    analysed_cases = _take(cases, jnp.asarray(analysed, jnp.int32))
-    fixed_run = replay(pipeline, analysed_cases, recorded_worlds(key, analysed), plan=full_plan, mode=mode)
+    fixed_run = replay(pipeline, cases, recorded, plan=full_plan, mode=mode)
     return BatchResult(
         steps=names,
         site_steps=tuple(s.step for s in structure.sites),
@@ -383,7 +389,7 @@ def blame_batch(
         resolve_rate=jnp.asarray(cat["resolve"].mean(0)),
         last_step_rate=jnp.asarray(last_rate),
         factual_choice=jnp.asarray(choices[analysed]),
-        fixed_choice=jnp.asarray(np.asarray(fixed_run["choice"][:, 0])),
+        fixed_choice=jnp.asarray(np.asarray(fixed_run["choice"][:, 0])[analysed]),
         factual_score=jnp.asarray(scores[analysed]),
     )
 

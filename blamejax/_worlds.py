@@ -21,7 +21,7 @@ import numpy as np
 from jaxtyping import Array, Int, PRNGKeyArray
 
 from ._evaluate import trace_run
-from ._noise import _ABDUCT_TAG, abduct_gumbels, stable_hash, world_key
+from ._noise import _ABDUCT_TAG, abduct_gumbels, fold_in, stable_hash, world_key
 from ._pipeline import Plan, World, factual_plan
 from ._structure import Structure, check_finite_logits, discover, one_case
 
@@ -144,8 +144,8 @@ def inferred_worlds(pipeline: Callable, cases, observed, key, num_worlds: int, c
     ids = jnp.asarray(np.arange(num_cases) if case_ids is None else _case_ids(case_ids))
     if ids.shape != (num_cases,):
         raise ValueError(f"`case_ids` must hold one id per case ({num_cases}), got shape {ids.shape}")
-    worlds = jnp.arange(1, num_worlds + 1)
-    keys = jax.vmap(lambda f: jax.vmap(lambda w: world_key(key, f, w))(worlds))(ids)
+    worlds = jnp.arange(1, num_worlds + 1, dtype=jnp.uint32)
+    keys = world_key(key, ids.astype(jnp.uint32)[:, None], worlds[None, :])
 
     overrides = tuple(
         jax.lax.stop_gradient(_abduct_site(keys, seen[i], observed[:, i], stable_hash(site.step), site.slot))
@@ -177,7 +177,7 @@ def _abduct_site(keys, logits, observed, step_hash, slot):
     """Posterior Gumbels of one site for every failure [F] and world [W]."""
 
     def one(key, logits, obs):
-        key = jr.fold_in(jr.fold_in(jr.fold_in(key, _ABDUCT_TAG), step_hash), slot)
+        key = fold_in(fold_in(fold_in(key, _ABDUCT_TAG), step_hash), slot)
         return abduct_gumbels(key, logits, obs)
 
     return jax.vmap(jax.vmap(one, in_axes=(0, None, None)))(keys, logits, observed)
