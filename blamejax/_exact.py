@@ -226,6 +226,20 @@ def _non_finite(cases):
     return jnp.any(jnp.stack(flags)) if flags else jnp.asarray(False)
 
 
+def _failure_sharding(devices):
+    """`NamedSharding` that splits a leading failure axis over `devices` (None: all devices
+    of the default backend), or None when there is only one device."""
+    if devices is None:
+        devices = jax.devices()
+    devices = list(devices)
+    if not devices or not all(isinstance(d, jax.Device) for d in devices):
+        raise TypeError(f"`devices` must be a non-empty sequence of jax devices, got {devices!r}")
+    if len(devices) == 1:
+        return None
+    mesh = jax.sharding.Mesh(np.asarray(devices), ("failures",))
+    return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("failures"))
+
+
 @jax.jit
 def _take(tree, index):
     """Rows `index` of every leaf (on the device): one chunk of failures, padded."""
@@ -263,6 +277,7 @@ def exact_blame(
     mode=Hard(),
     max_steps: int = DEFAULT_MAX_STEPS,
     chunk_size: int | None = None,
+    devices: Sequence | None = None,
 ) -> ExactResult:
     """Exact Shapley values (and Banzhaf, fix-alone, leave-one-out, pairwise interactions
     and last-step blame) of every failure, over every coalition of its steps' fixes.
@@ -281,6 +296,10 @@ def exact_blame(
     - `max_steps`: the largest n allowed (2^n coalitions); raise it deliberately.
     - `chunk_size`: failures per compiled call (a power of two). By default chosen so that
       a call holds at most about 2 million scores; memory is bounded by it, not by F.
+    - `devices`: the devices to spread each call's failures over (`jax.sharding`: a 1-D
+      `Mesh` and the failure axis sharded along it). Default: every device of the default
+      backend, so on one CPU or one GPU nothing changes; `[jax.devices()[0]]` keeps a
+      call on one device.
 
     **Returns:** an `ExactResult`.
 
@@ -322,16 +341,21 @@ def exact_blame(
     elif not isinstance(chunk_size, int) or chunk_size < 1 or chunk_size & (chunk_size - 1):
         raise ValueError(f"`chunk_size` must be a positive power of two, got {chunk_size!r}")
     function = _chunk_function(pipeline, structure, players, variants, mode, interactions, world_group)
+    sharding = _failure_sharding(devices)
+    width = 1 if sharding is None else sharding.mesh.size
+    chunk_size = max(chunk_size, width)
     pieces, stats = [], []
     for start in range(0, num_failures, chunk_size):
         stop = min(start + chunk_size, num_failures)
-        bucket = _bucket(stop - start, chunk_size)
+        bucket = -(-_bucket(stop - start, chunk_size) // width) * width  # whole rows per device
         if start == 0 and bucket == num_failures:
             chunk_cases, chunk_worlds = cases, worlds  # one call, no padding: no copies
         else:
             index = np.arange(start, start + bucket)
             index = np.where(index < stop, index, start)  # pad with a real failure, dropped below
             chunk_cases, chunk_worlds = _take((cases, worlds), jnp.asarray(index, jnp.int32))
+        if sharding is not None:
+            chunk_cases, chunk_worlds = jax.device_put((chunk_cases, chunk_worlds), sharding)
         attribution, last, chunk_stats = function(chunk_cases, chunk_worlds)
         pieces.append((attribution, last, stop - start))
         stats.append(chunk_stats)

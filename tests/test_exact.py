@@ -253,3 +253,43 @@ def test_error_same_slot_twice():
 def test_error_bad_tau():
     with pytest.raises(ValueError, match="`tau` must be a positive scalar temperature, got 0.0"):
         bj.Relaxed(tau=0.0)
+
+
+_SHARDED_SCRIPT = """
+import jax, numpy as np
+import blamejax as bj
+assert len(jax.devices()) == 2, jax.devices()
+for num in (8, 7):  # 8: one call, sharded output; 7: padded to whole rows per device
+    cases = bj.demos.refund_cases(num_cases=num)
+    worlds = bj.fresh_worlds(1, num, 3)
+    single = bj.exact_blame(bj.demos.refund_pipeline, cases, worlds, devices=jax.devices()[:1])
+    spread = bj.exact_blame(bj.demos.refund_pipeline, cases, worlds)
+    np.testing.assert_allclose(np.asarray(spread.shapley), np.asarray(single.shapley), rtol=0, atol=1e-7)
+    np.testing.assert_array_equal(np.asarray(spread.last_step), np.asarray(single.last_step))
+    if num == 8:
+        assert len(spread.shapley.sharding.device_set) == 2, spread.shapley.sharding
+        assert len(single.shapley.sharding.device_set) == 1
+print("ok")
+"""
+
+
+def test_failures_sharded_over_devices_equal_one_device():
+    """Two simulated CPU devices (XLA_FLAGS, in a fresh process): the failure axis is split
+    over both and the answers equal a one-device run."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    out = subprocess.run(
+        [sys.executable, "-c", _SHARDED_SCRIPT], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+
+
+def test_bad_devices_argument():
+    cases = bj.demos.refund_cases(num_cases=2)
+    with pytest.raises(TypeError, match="`devices` must be a non-empty sequence of jax devices"):
+        bj.exact_blame(bj.demos.refund_pipeline, cases, bj.recorded_worlds(0, 2), devices=["cpu"])
+    with pytest.raises(TypeError, match="`devices`"):
+        bj.exact_blame(bj.demos.refund_pipeline, cases, bj.recorded_worlds(0, 2), devices=[])
