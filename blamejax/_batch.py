@@ -24,7 +24,7 @@ from ._evaluate import last_step_blame, mask_plan, mask_values
 from ._exact import _check_score_range, _take, exact_blame, resolve_players
 from ._pipeline import Hard, World
 from ._replay import replay
-from ._structure import discover, one_case
+from ._structure import discover_batch
 from ._worlds import _leading_size, as_key, fresh_worlds, inferred_worlds, recorded_worlds
 
 NOISE_MODES = {
@@ -269,7 +269,7 @@ def blame_batch(
         raise ValueError(f"`threshold` must lie in ({low}, {high}], got {threshold}")
     key = as_key(key)
     num_cases = _leading_size(cases)
-    structure = discover(pipeline, one_case(cases))
+    structure = discover_batch(pipeline, cases)
     players, variants = resolve_players(structure, steps, fixes)
     n = len(players)
     names = tuple(structure.steps[p] for p in players)
@@ -417,7 +417,7 @@ def _analyse(pipeline, cases, worlds, names, fixes, score_range, estimator, num_
             last_step=np.asarray(result.last_step),
             evaluations=num_f * num_w * (1 << n),
         )
-    structure = discover(pipeline, one_case(cases))
+    structure = discover_batch(pipeline, cases)
     players, variants = resolve_players(structure, names, fixes)
     estimate, empty, full, last = _mc_function(pipeline, structure, players, variants, mode, num_permutations)(cases, worlds, key)
     low, high = score_range

@@ -20,7 +20,7 @@ from jaxtyping import Array, Float, Int
 from ._evaluate import coalition_values, last_step_blame
 from ._pipeline import Hard, World, world_noise
 from ._shapley import attribute
-from ._structure import Structure, check_finite_logits, discover, one_case
+from ._structure import Structure, check_finite_logits, discover_batch
 from ._worlds import _leading_size
 
 DEFAULT_MAX_STEPS = 20
@@ -317,7 +317,7 @@ def exact_blame(
     lo_decl, hi_decl = _check_score_range(score_range)
     # On the device once (a no-op for JAX arrays), and sliced there.
     cases = jax.tree_util.tree_map(lambda x: x if isinstance(x, jax.Array) else jnp.asarray(x), cases)
-    structure = discover(pipeline, one_case(cases))
+    structure = discover_batch(pipeline, cases)
     players, variants = resolve_players(structure, steps, fixes)
     n = len(players)
     if not isinstance(max_steps, int) or max_steps < 1:
@@ -359,7 +359,7 @@ def exact_blame(
         attribution, last, chunk_stats = function(chunk_cases, chunk_worlds)
         pieces.append((attribution, last, stop - start))
         stats.append(chunk_stats)
-    stats = np.asarray(jnp.stack(stats))
+    stats = np.asarray(stats[0])[None] if len(stats) == 1 else np.stack([np.asarray(x) for x in stats])
     if stats[:, 2].any():
         check_finite_logits(cases)  # raises, naming the leaf and the index
     low, high = float(stats[:, 0].min()), float(stats[:, 1].max())

@@ -47,7 +47,7 @@ from . import _bounds
 from ._evaluate import mask_plan, run_score
 from ._exact import _check_score_range, _from_host, _to_host, check_worlds, resolve_players
 from ._pipeline import Hard, World, world_noise
-from ._structure import Structure, check_finite_logits, discover, one_case
+from ._structure import Structure, check_finite_logits, discover_batch
 from ._worlds import _leading_size, as_key
 
 _PERM_TAG = 0x5045524D  # "PERM": keeps the order stream apart from the noise streams
@@ -599,8 +599,7 @@ def mc_shapley(
     """
     num_failures = _leading_size(cases)
     low_decl, high_decl = _check_score_range(score_range)
-    first = one_case(cases)
-    structure = discover(pipeline, first)
+    structure = discover_batch(pipeline, cases)
     check_finite_logits(cases)
     players, variants = resolve_players(structure, steps, fixes)
     n = len(players)

@@ -10,7 +10,7 @@ import numpy as np
 from ._evaluate import trace_run
 from ._exact import check_worlds
 from ._pipeline import Hard, Plan, World, factual_plan
-from ._structure import check_finite_logits, discover, one_case
+from ._structure import check_finite_logits, discover_batch
 from ._worlds import _leading_size
 
 
@@ -36,7 +36,7 @@ def replay(pipeline: Callable, cases, worlds: World, plan: Plan | None = None, m
     ```
     """
     num_cases = _leading_size(cases)
-    structure = discover(pipeline, one_case(cases))
+    structure = discover_batch(pipeline, cases)
     check_finite_logits(cases)
     check_worlds(worlds, num_cases, structure)
     if plan is None:

@@ -125,6 +125,26 @@ class _Recorder:
 _DISCOVERED: dict = {}
 
 
+def discover_batch(pipeline: Callable, cases) -> Structure:
+    """`discover` for one case of a batch (`cases` with a leading case axis), without
+    slicing any array; cached on the pipeline and the shapes, so a repeated call is cheap."""
+    leaves, treedef = jax.tree_util.tree_flatten(cases)
+    try:
+        cache_key = (pipeline, treedef, tuple((np.shape(x)[1:], x.dtype) for x in leaves))
+        return _BATCH_DISCOVERED[cache_key]
+    except (TypeError, KeyError, AttributeError):
+        pass
+    structure = discover(pipeline, one_case(cases))
+    try:
+        _BATCH_DISCOVERED[cache_key] = structure
+    except (TypeError, NameError, UnboundLocalError):
+        pass
+    return structure
+
+
+_BATCH_DISCOVERED: dict = {}
+
+
 def one_case(cases):
     """The shapes and dtypes of one case of a batch (the leading axis dropped): what
     `discover` needs, without slicing any array."""
@@ -147,7 +167,7 @@ def discover(pipeline: Callable, case) -> Structure:
         raise TypeError(f"`pipeline` must be callable, got {type(pipeline).__name__}")
     leaves, treedef = jax.tree_util.tree_flatten(case)
     try:
-        cache_key = (pipeline, treedef, tuple((np.shape(x), str(getattr(x, "dtype", type(x)))) for x in leaves))
+        cache_key = (pipeline, treedef, tuple((np.shape(x), getattr(x, "dtype", type(x))) for x in leaves))
         hash(cache_key)
     except TypeError:
         cache_key = None

@@ -23,7 +23,7 @@ from jaxtyping import Array, Int, PRNGKeyArray
 from ._evaluate import trace_run
 from ._noise import _ABDUCT_TAG, abduct_gumbels, fold_in, stable_hash, world_key
 from ._pipeline import Plan, World, factual_plan
-from ._structure import Structure, check_finite_logits, discover, one_case
+from ._structure import Structure, check_finite_logits, discover_batch
 
 
 def as_key(key) -> PRNGKeyArray:
@@ -115,7 +115,7 @@ def inferred_worlds(pipeline: Callable, cases, observed, key, num_worlds: int, c
     if not isinstance(num_worlds, (int, np.integer)) or num_worlds < 1:
         raise ValueError(f"`num_worlds` must be a positive int, got {num_worlds!r}")
     num_cases = _leading_size(cases)
-    structure = discover(pipeline, one_case(cases))
+    structure = discover_batch(pipeline, cases)
     check_finite_logits(cases)
     observed = jnp.asarray(observed, jnp.int32)
     num_sites = len(structure.sites)
