@@ -182,7 +182,11 @@ def _chunk_function(pipeline, structure, players, fixes, mode, interactions, wor
 
     def per_failure(case, worlds):
         num_worlds = worlds.key.shape[0]
-        if world_group >= num_worlds:
+        if num_worlds == 1:  # no world axis: the gathers index two axes, not three
+            world = jax.tree_util.tree_map(lambda x: x[0], worlds)
+            total, lo, hi, last = cube(case, world)
+            last = last[None]
+        elif world_group >= num_worlds:
             v, lo, hi, last = jax.vmap(cube, in_axes=(None, 0))(case, worlds)
             total, lo, hi = v.sum(0), lo.min(), hi.max()
         else:
