@@ -48,6 +48,7 @@ SIZES = {
 }
 QUICK_SIZES = {4: (16, 2, None, None), 6: (16, 2, None, None), 8: (8, 2, None, None)}
 COMPILE_TARGET_S = 2.0
+WARMUP_S = 0.5  # untimed calls between the first (compiling) call and the timed ones
 MEMORY_TARGET_MB = {24: 512.0}
 TOLERANCE = {"float32": 1e-6, "float64": 1e-12}
 
@@ -163,7 +164,8 @@ class CompileLog:
 
 
 def time_blamejax(pipeline, cases, worlds, num_steps, repeats, log: CompileLog) -> dict:
-    """First call (compile + run), then `repeats` steady calls; peak RSS growth of each."""
+    """First call (compile + run), `WARMUP_S` of untimed calls, then `repeats` steady calls;
+    peak RSS growth of the first call and of the steady ones."""
     import jax
 
     import blamejax as bj
@@ -179,7 +181,12 @@ def time_blamejax(pipeline, cases, worlds, num_steps, repeats, log: CompileLog) 
     first, first_cpu = time.perf_counter() - start, time.process_time() - start_cpu
     phases = log.stop()
     first_mb = _status_mb("VmHWM") - base
-    base = _reset_peak()
+    # Warm-up, untimed: on this machine the first ~30 calls after compiling run up to 1.5x
+    # slower than the rest (the reference, which runs for seconds, is timed warm too).
+    base = _reset_peak()  # the steady memory figure covers the warm-up calls too
+    warm_until = time.perf_counter() + WARMUP_S
+    while time.perf_counter() < warm_until:
+        call()
     times, cpu_times = [], []
     for _ in range(repeats):
         start, start_cpu = time.perf_counter(), time.process_time()
@@ -506,7 +513,8 @@ def format_report(rows, header: str) -> str:
 HOW = """\
 How to read this:
 - F x W: failures x worlds (fresh noise); every failure has 2^n coalitions. ns/elem is the steady
-  time of one `exact_blame` call divided by F x W x 2^n (median of the repeats).
+  time of one `exact_blame` call divided by F x W x 2^n (median of the repeats, timed after
+  0.5 s of untimed warm-up calls: the first ~30 calls after compiling run up to 1.5x slower here).
 - compile s: first call minus the steady median (tracing, lowering and XLA compilation; the
   details list JAX's own trace/lower/XLA durations for the first call); in brackets the same in
   process CPU time, which a busy machine inflates less than wall time.

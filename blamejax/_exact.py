@@ -178,7 +178,7 @@ def _chunk_function(pipeline, structure, players, fixes, mode, interactions, wor
         noise = world_noise(structure, world)
         v = coalition_values(pipeline, structure, case, world, players, fixes, mode, noise)
         last = last_step_blame(pipeline, structure, case, world, players, fixes, mode, noise)
-        return (v,) + _min_max(v) + (last,)
+        return (v,) + _min_max(v) + (jnp.asarray(last, jnp.int32),)
 
     def per_failure(case, worlds):
         num_worlds = worlds.key.shape[0]
@@ -385,7 +385,7 @@ def exact_blame(
         interactions=attribution.interactions,
         empty=attribution.empty,
         full=attribution.full,
-        last_step=last.astype(jnp.int32),
+        last_step=last,
         score_range=(lo_decl, hi_decl),
     )
 
