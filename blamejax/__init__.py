@@ -51,12 +51,12 @@ from ._interventions import do_resample as do_resample
 from ._interventions import full_plan as full_plan
 from ._interventions import stack_plans as stack_plans
 from ._mc import MCEstimate as MCEstimate
-from ._mc import MCHistory as MCHistory
-from ._mc import MCResult as MCResult
 from ._mc import SamplingVariance as SamplingVariance
-from ._mc import mc_shapley as mc_shapley
 from ._mc import mc_shapley_fixed as mc_shapley_fixed
 from ._mc import sampling_variance as sampling_variance
+from ._mc_adaptive import mc_shapley as mc_shapley
+from ._mc_result import MCHistory as MCHistory
+from ._mc_result import MCResult as MCResult
 from ._noise import abduct_gumbels as abduct_gumbels
 from ._noise import gumbel_at as gumbel_at
 from ._noise import gumbel_max as gumbel_max

@@ -28,7 +28,7 @@ from jaxtyping import Array, Float, Int
 from ._contrastive import contrastive, wilson_interval
 from ._evaluate import mask_plan, mask_values
 from ._exact import exact_blame
-from ._mc import mc_shapley
+from ._mc_adaptive import mc_shapley
 from ._pipeline import World
 from ._replay import replay
 from ._scm import SCM, InjectedFailures, MultiCulpritCases, inject_errors, multi_culprit_cases

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import blamejax as bj
-from blamejax import _mc
+from blamejax import _mc_advance
 
 NEG = -np.inf
 
@@ -442,7 +442,7 @@ def test_no_recompile_across_checkpoints():
     assert len(bj.checkpoints(4, 1.5, 3000)) > 10
     again = bj.mc_shapley(pipeline, game_cases(tables[:11]), bj.recorded_worlds(1, 11), key=9, **kw)
     assert again.num_failures == 11
-    traces = [count for key, count in _mc.TRACE_COUNTS.items() if key[0] is pipeline]
+    traces = [count for key, count in _mc_advance.TRACE_COUNTS.items() if key[0] is pipeline]
     assert traces == [1]
 
 
