@@ -15,14 +15,7 @@ from ._bounds import ranking_separated as ranking_separated
 from ._bounds import top1_separated as top1_separated
 from ._bounds import widths_below as widths_below
 from ._contrastive import ContrastiveResult as ContrastiveResult
-from ._contrastive import ReplayFidelity as ReplayFidelity
-from ._contrastive import ResampleShapley as ResampleShapley
 from ._contrastive import contrastive as contrastive
-from ._contrastive import newcombe_interval as newcombe_interval
-from ._contrastive import point_of_commitment as point_of_commitment
-from ._contrastive import replay_fidelity as replay_fidelity
-from ._contrastive import resample_shapley as resample_shapley
-from ._contrastive import wilson_interval as wilson_interval
 from ._counterfactual_mdp import CounterfactualRollouts as CounterfactualRollouts
 from ._counterfactual_mdp import MDPEpisode as MDPEpisode
 from ._counterfactual_mdp import counterfactual_rollouts as counterfactual_rollouts
@@ -43,6 +36,11 @@ from ._evaluate import trace_run as trace_run
 from ._exact import ExactResult as ExactResult
 from ._exact import exact_blame as exact_blame
 from ._exact import resolve_players as resolve_players
+from ._fidelity import ReplayFidelity as ReplayFidelity
+from ._fidelity import replay_fidelity as replay_fidelity
+from ._intervals import newcombe_interval as newcombe_interval
+from ._intervals import point_of_commitment as point_of_commitment
+from ._intervals import wilson_interval as wilson_interval
 from ._interventions import do_action as do_action
 from ._interventions import do_context as do_context
 from ._interventions import do_observation as do_observation
@@ -74,6 +72,8 @@ from ._pipeline import World as World
 from ._pipeline import factual_plan as factual_plan
 from ._pipeline import world_noise as world_noise
 from ._replay import replay as replay
+from ._resample_shapley import ResampleShapley as ResampleShapley
+from ._resample_shapley import resample_shapley as resample_shapley
 from ._shapley import Attribution as Attribution
 from ._shapley import attribute as attribute
 from ._structure import Structure as Structure

@@ -1,5 +1,5 @@
-"""The contrastive estimator of Causal Agent Replay, its intervals, the point of
-commitment, replay fidelity, and CAR's re-draw game.
+"""The contrastive estimator of Causal Agent Replay: the effect of re-deciding each step of a
+run, with intervals and the point of commitment.
 
 For a run and a step k, the **contrastive effect** is
 
@@ -20,12 +20,14 @@ add up to `1[factual bad] - P(bad | every step re-drawn)` (the marginal contribu
 re-drawing the steps in pipeline order, one ordering of a Shapley average).
 
 Every step and every rollout is one plan, and all of them run in one vmapped call.
+
+Neighbours: the intervals and `point_of_commitment` in `_intervals.py`, replay fidelity in
+`_fidelity.py`, CAR's re-draw game (which uses the argument checks here) in `_resample_shapley.py`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from statistics import NormalDist
 
 import equinox as eqx
 import jax
@@ -35,9 +37,9 @@ from jaxtyping import Array, Bool, Float, Int
 
 from ._evaluate import plan_values, trace_run
 from ._exact import check_worlds
+from ._intervals import _check_delta, newcombe_interval, point_of_commitment, wilson_interval
 from ._interventions import DOWNSTREAM, full_plan, step_index, step_of_site
 from ._pipeline import Hard, Plan, StepPlan
-from ._shapley import attribute
 from ._structure import Structure, check_finite_logits, discover
 from ._worlds import _leading_size
 
@@ -45,77 +47,6 @@ BASELINES = ("factual", "rollouts")
 _CACHE: dict = {}
 
 
-# -- intervals ------------------------------------------------------------------------------
-def _z(delta: float) -> float:
-    return NormalDist().inv_cdf(1.0 - delta / 2.0)
-
-
-def wilson_interval(successes, trials, delta: float = 0.05):
-    """The Wilson score interval of a binomial proportion at level `1 - delta`.
-
-    **Arguments:**
-    - `successes`: int array (any shape), the counts x.
-    - `trials`: int array broadcastable to it, the numbers of trials n >= 1.
-    - `delta`: the error level, in (0, 1).
-
-    **Returns:** `(low, high)`, float64 numpy arrays in [0, 1]; `low` is exactly 0 when
-    x = 0 and `high` exactly 1 when x = n.
-
-    ```python
-    >>> low, high = wilson_interval(81, 263)       # (0.2553, 0.3662)
-    ```
-    """
-    _check_delta(delta)
-    x = np.asarray(successes, dtype=np.float64)
-    n = np.asarray(trials, dtype=np.float64)
-    if np.any(n < 1) or np.any(x < 0) or np.any(x > n):
-        raise ValueError(
-            f"need 0 <= successes <= trials and trials >= 1, got {successes!r} of {trials!r}"
-        )
-    z = _z(delta)
-    center = (x + z * z / 2) / (n + z * z)
-    half = z / (n + z * z) * np.sqrt(x * (n - x) / n + z * z / 4)
-    low = np.where(x == 0, 0.0, np.clip(center - half, 0.0, 1.0))
-    high = np.where(x == n, 1.0, np.clip(center + half, 0.0, 1.0))
-    return low, high
-
-
-def newcombe_interval(successes1, trials1, successes2, trials2, delta: float = 0.05):
-    """Newcombe's hybrid score interval (his method 10) for `p1 - p2`, two independent
-    binomial proportions, at level `1 - delta`, built from their Wilson intervals.
-
-    **Returns:** `(low, high)`, float64 numpy arrays in [-1, 1].
-
-    ```python
-    >>> low, high = newcombe_interval(56, 70, 48, 80)   # (0.0524, 0.3339)
-    ```
-    """
-    l1, u1 = wilson_interval(successes1, trials1, delta)
-    l2, u2 = wilson_interval(successes2, trials2, delta)
-    p1 = np.asarray(successes1, np.float64) / np.asarray(trials1, np.float64)
-    p2 = np.asarray(successes2, np.float64) / np.asarray(trials2, np.float64)
-    diff = p1 - p2
-    low = diff - np.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2)
-    high = diff + np.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
-    return np.clip(low, -1.0, 1.0), np.clip(high, -1.0, 1.0)
-
-
-def point_of_commitment(low, high) -> np.ndarray:
-    """The index of the last step whose effect interval `[low, high]` excludes zero, or -1
-    when no step's does. `low`, `high`: arrays `[..., n]` (steps on the last axis)."""
-    low, high = np.asarray(low), np.asarray(high)
-    significant = (low > 0) | (high < 0)
-    order = np.arange(significant.shape[-1])
-    return np.max(np.where(significant, order, -1), axis=-1)
-
-
-def _check_delta(delta) -> float:
-    if not isinstance(delta, (float, int)) or isinstance(delta, bool) or not 0 < delta < 1:
-        raise ValueError(f"`delta` must be an error level in (0, 1), got {delta!r}")
-    return float(delta)
-
-
-# -- the contrastive estimator ----------------------------------------------------------------
 class ContrastiveResult(eqx.Module):
     """Contrastive effects of F runs (usually failures) over the n intervened steps.
 
@@ -467,220 +398,3 @@ def _threshold(threshold) -> float:
     ):
         raise ValueError(f"`threshold` must be a finite number, got {threshold!r}")
     return float(threshold)
-
-
-# -- replay fidelity --------------------------------------------------------------------------
-class ReplayFidelity(eqx.Module):
-    """How faithfully a replay reproduces a record of choices.
-
-    - `sites`: the draw sites (static), as "step" or "step[slot]".
-    - `per_run`: `Float[Array, "F W"]`, the share of draw sites whose replayed choice
-      equals the recorded one (the action-match rate), per run and world.
-    - `per_site`: `Float[Array, "sites"]`, the match rate of each site over all runs.
-    """
-
-    sites: tuple[str, ...] = eqx.field(static=True)
-    per_run: Float[Array, "F W"]
-    per_site: Float[Array, " sites"]
-
-    @property
-    def rate(self) -> float:
-        """The overall action-match rate (1.0 = every choice reproduced)."""
-        return float(jnp.mean(self.per_run))
-
-
-def replay_fidelity(pipeline: Callable, cases, worlds, observed) -> ReplayFidelity:
-    """Replay each run from its noise and compare the choices with the record.
-
-    With the run's addressed noise (`recorded_worlds`, where blamejax did the sampling) or
-    noise abducted from the record (`inferred_worlds`), the match rate is exactly 1.0; any
-    lower rate means the replay does not reproduce the run, and no counterfactual read from
-    it can be trusted.
-
-    **Arguments:**
-    - `pipeline`, `cases` (`[F, ...]`), `worlds` (`[F, W]`).
-    - `observed`: `Int[Array, "F sites"]`, the recorded choice of every draw site.
-
-    **Returns:** a `ReplayFidelity`.
-
-    ```python
-    record = bj.replay(pipeline, cases, bj.recorded_worlds(0, F))["choice"][:, 0]
-    assert bj.replay_fidelity(pipeline, cases, bj.recorded_worlds(0, F), record).rate == 1.0
-    ```
-    """
-    num_cases = _leading_size(cases)
-    structure = discover(pipeline, jax.tree_util.tree_map(lambda x: x[0], cases))
-    observed = jnp.asarray(observed)
-    num_sites = len(structure.sites)
-    if observed.shape != (num_cases, num_sites) or not jnp.issubdtype(observed.dtype, jnp.integer):
-        raise ValueError(
-            f"`observed` must be an int array of shape [F, sites] = [{num_cases}, {num_sites}], "
-            f"got {observed.dtype}{list(observed.shape)}"
-        )
-    check_finite_logits(cases)
-    check_worlds(worlds, num_cases, structure)
-    choice = _choices_function(pipeline, structure)(cases, worlds)  # [F, W, sites]
-    match = (choice == observed[:, None, :].astype(choice.dtype)).astype(jnp.float32)
-    multi = {s.step for s in structure.sites if s.slot > 0}
-    names = tuple(f"{s.step}[{s.slot}]" if s.step in multi else s.step for s in structure.sites)
-    return ReplayFidelity(sites=names, per_run=match.mean(-1), per_site=match.mean((0, 1)))
-
-
-def _choices_function(pipeline, structure):
-    """The factual choices of every case under every world, compiled once per pipeline."""
-    key = ("choices", pipeline, structure)
-    if key not in _CACHE:
-        one = lambda case, world: trace_run(pipeline, structure, case, world)["choice"]  # noqa: E731
-        _CACHE[key] = jax.jit(jax.vmap(jax.vmap(one, in_axes=(None, 0))))
-    return _CACHE[key]
-
-
-# -- CAR's game: fix = re-draw with fresh noise --------------------------------------------------
-class ResampleShapley(eqx.Module):
-    """Shapley values of CAR's game, where a step's "fix" is a re-draw with fresh noise:
-    `v(S) = P(good | the steps in S re-drawn, factual noise elsewhere)`.
-
-    - `steps`: the players (static).
-    - `values`: `Float[Array, "F 2**n"]`, `v(S)` (bit i of the index set = player i re-drawn).
-    - `shapley`, `stderr`: `Float[Array, "F n"]`, the Shapley values and their Monte Carlo
-      standard errors (each rollout's game is an i.i.d. unit; its Shapley values are exact).
-    - `num_runs`: worlds x rollouts per coalition.
-    """
-
-    steps: tuple[str, ...] = eqx.field(static=True)
-    values: Float[Array, "F coalitions"]
-    shapley: Float[Array, "F n"]
-    stderr: Float[Array, "F n"]
-    num_runs: int = eqx.field(static=True)
-
-    @property
-    def empty(self) -> Float[Array, " F"]:
-        return self.values[:, 0]
-
-    @property
-    def full(self) -> Float[Array, " F"]:
-        return self.values[:, -1]
-
-    @property
-    def total(self) -> Float[Array, " F"]:
-        """`v(all) - v(∅)`: the Shapley values add up to it exactly."""
-        return self.full - self.empty
-
-    @property
-    def fix_alone(self) -> Float[Array, "F n"]:
-        """`v({i}) - v(∅)`: re-drawing one step alone."""
-        bits = np.array([1 << i for i in range(len(self.steps))])
-        return self.values[:, bits] - self.values[:, :1]
-
-    def table(self, failure: int = 0, digits: int = 3) -> str:
-        num = int(self.values.shape[0])
-        if not isinstance(failure, int) or not 0 <= failure < num:
-            raise ValueError(f"`failure` must be an int in [0, {num}), got {failure!r}")
-        width = max(8, *(len(s) for s in self.steps))
-        head = f"{'step':<{width}}  {'shapley':>8}  {'± s.e.':>7}  {'re-draw alone':>13}"
-        lines = [head, "-" * len(head)]
-        for i, step in enumerate(self.steps):
-            lines.append(
-                f"{step:<{width}}  {float(self.shapley[failure, i]):>8.{digits}f}  "
-                f"{float(self.stderr[failure, i]):>7.{digits}f}  {float(self.fix_alone[failure, i]):>13.{digits}f}"
-            )
-        lines.append(
-            f"v(∅) = {float(self.empty[failure]):.{digits}f}, v(all) = {float(self.full[failure]):.{digits}f}, "
-            f"sum of Shapley = {float(self.total[failure]):.{digits}f} ({self.num_runs} runs per coalition)"
-        )
-        return "\n".join(lines)
-
-
-def _resample_game_function(pipeline, structure, players, num_rollouts, threshold, mode):
-    key = ("game", pipeline, structure, players, num_rollouts, threshold, mode)
-    if key in _CACHE:
-        return _CACHE[key]
-    size = 1 << len(players)
-    masks = np.repeat(np.arange(size), num_rollouts)
-    streams = np.tile(np.arange(num_rollouts, dtype=np.int32), size)
-    none = np.full(size * num_rollouts, -1, np.int32)
-    steps = [StepPlan(np.zeros_like(none), none, none) for _ in structure.steps]
-    for j, p in enumerate(players):
-        redrawn = ((masks >> j) & 1).astype(bool)
-        steps[p] = StepPlan(np.zeros_like(none), np.where(redrawn, streams, none), none)
-    plans = Plan(tuple(steps), tuple(None for _ in structure.values))
-
-    def per_world(case, world):
-        scores = plan_values(pipeline, structure, case, world, plans, mode)
-        good = (scores >= threshold).astype(jnp.result_type(float)).reshape(size, num_rollouts)
-        shapley = jax.vmap(lambda v: attribute(v, interactions=False).shapley, in_axes=1)(good)
-        return good.mean(axis=1), shapley, jnp.sum(~jnp.isfinite(scores))
-
-    function = jax.jit(jax.vmap(per_world, in_axes=(None, 0)))
-    _CACHE[key] = function
-    return function
-
-
-def resample_shapley(
-    pipeline: Callable,
-    cases,
-    worlds,
-    *,
-    num_rollouts: int = 1000,
-    steps: Sequence | None = None,
-    threshold: float = 0.5,
-    mode=Hard(),
-    max_steps: int = 12,
-) -> ResampleShapley:
-    """Shapley values of CAR's game, in which "fixing" a step means re-drawing it from its
-    unchanged policy with fresh noise, every other step keeping the run's noise:
-    `v(S) = P(good | the steps in S re-drawn, factual noise elsewhere)`, averaged over the
-    fresh draws (`num_rollouts` per world). For a failed run `v(∅) = 0`, and the values add
-    up to `v(all) = P(good | every step re-drawn)`. blamejax's own game (`exact_blame`) asks
-    a different question: the step's *better variant* under the *same* noise.
-
-    Each rollout r re-draws the steps of every coalition with the same fresh stream r
-    (common random numbers across coalitions); its game's Shapley values are exact, and the
-    reported value is their mean with a standard error over the W x R rollouts.
-
-    **Arguments:** as `contrastive`; `max_steps` bounds n (2^n x R runs per world).
-
-    **Returns:** a `ResampleShapley`.
-
-    ```python
-    cases = bj.demos.interaction_cases(1)
-    game = bj.resample_shapley(bj.demos.interaction_pipeline, cases, worlds, num_rollouts=4000)
-    ```
-    """
-    num_failures = _leading_size(cases)
-    structure = discover(pipeline, jax.tree_util.tree_map(lambda x: x[0], cases))
-    check_finite_logits(cases)
-    num_worlds = check_worlds(worlds, num_failures, structure)
-    players = _players(structure, steps)
-    num_rollouts = _positive_int(num_rollouts, "num_rollouts")
-    max_steps = _positive_int(max_steps, "max_steps")
-    if len(players) > max_steps:
-        raise ValueError(
-            f"the re-draw game over n = {len(players)} steps runs 2^{len(players)} x num_rollouts "
-            f"plans per world, above `max_steps` = {max_steps}; pass fewer `steps` or raise it"
-        )
-    threshold = _threshold(threshold)
-    if not isinstance(mode, Hard):
-        raise ValueError("the re-draw game counts good runs, which needs `mode=Hard()`")
-    function = _resample_game_function(pipeline, structure, players, num_rollouts, threshold, mode)
-    values, means, errors = [], [], []
-    for f in range(num_failures):  # one compiled call per run bounds memory by W x R x 2^n
-        case = jax.tree_util.tree_map(lambda x: x[f], cases)
-        world = jax.tree_util.tree_map(lambda x: x[f], worlds)
-        v, phi, nonfinite = (np.asarray(x) for x in function(case, world))
-        if nonfinite.any():
-            raise ValueError(f"the pipeline returned non-finite scores for run {f}")
-        phi = phi.reshape(-1, len(players)).astype(np.float64)
-        values.append(v.mean(axis=0))
-        means.append(phi.mean(axis=0))
-        units = phi.shape[0]
-        errors.append(
-            phi.std(axis=0, ddof=1) / np.sqrt(units) if units > 1 else np.full(len(players), np.nan)
-        )
-    return ResampleShapley(
-        steps=tuple(structure.steps[p] for p in players),
-        values=jnp.asarray(np.stack(values), jnp.float32),
-        shapley=jnp.asarray(np.stack(means), jnp.float32),
-        stderr=jnp.asarray(np.stack(errors), jnp.float32),
-        num_runs=num_worlds * num_rollouts,
-    )

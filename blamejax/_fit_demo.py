@@ -40,10 +40,10 @@ import optax
 from jaxtyping import Array, Float, Int
 
 from . import demos
-from ._contrastive import wilson_interval
 from ._differentiable import fit_fixes, shapley_values
 from ._evaluate import mask_values
 from ._exact import resolve_players
+from ._intervals import wilson_interval
 from ._pipeline import Hard, Relaxed
 from ._replay import replay
 from ._structure import discover

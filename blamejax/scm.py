@@ -14,26 +14,26 @@ print(scm.results_markdown([report]))
 ```
 """
 
-from ._attribution_bench import CREDIT_METHODS as CREDIT_METHODS
-from ._attribution_bench import METHODS as METHODS
-from ._attribution_bench import MethodComparison as MethodComparison
 from ._attribution_bench import agent_hits as agent_hits
 from ._attribution_bench import compare_methods as compare_methods
 from ._attribution_bench import culprit_hits as culprit_hits
-from ._attribution_bench import method_label as method_label
-from ._attribution_bench import multi_culprit_benchmark as multi_culprit_benchmark
 from ._attribution_bench import proportion as proportion
-from ._attribution_bench import results_markdown as results_markdown
-from ._attribution_bench import single_culprit_benchmark as single_culprit_benchmark
 from ._attribution_bench import split_error as split_error
 from ._attribution_bench import step_hits as step_hits
-from ._attribution_bench import top_step as top_step
+from ._attribution_methods import CREDIT_METHODS as CREDIT_METHODS
+from ._attribution_methods import METHODS as METHODS
+from ._attribution_methods import MethodComparison as MethodComparison
+from ._attribution_methods import method_label as method_label
+from ._attribution_methods import top_step as top_step
+from ._attribution_report import multi_culprit_benchmark as multi_culprit_benchmark
+from ._attribution_report import results_markdown as results_markdown
+from ._attribution_report import single_culprit_benchmark as single_culprit_benchmark
 from ._scm import KINDS as KINDS
 from ._scm import SCM as SCM
 from ._scm import TOPOLOGIES as TOPOLOGIES
-from ._scm import InjectedFailures as InjectedFailures
-from ._scm import MultiCulpritCases as MultiCulpritCases
 from ._scm import SCMCase as SCMCase
-from ._scm import inject_errors as inject_errors
 from ._scm import make_scm as make_scm
-from ._scm import multi_culprit_cases as multi_culprit_cases
+from ._scm_culprits import MultiCulpritCases as MultiCulpritCases
+from ._scm_culprits import multi_culprit_cases as multi_culprit_cases
+from ._scm_inject import InjectedFailures as InjectedFailures
+from ._scm_inject import inject_errors as inject_errors
