@@ -6,20 +6,25 @@ fixed-budget Monte Carlo estimate: adaptively stopped per-failure estimates are 
 would invalidate the interval across failures). Across failures the mean Shapley value of
 each step gets an anytime-valid confidence interval, and the batch can stop as soon as the
 top step is separated from all others.
+
+This module holds `blame_batch` and its private helpers (worlds, per-failure analysis,
+resolve rates, noise modes). Its neighbours: the result type `BatchResult` is in
+`_batch_result.py`, the interval across failures and the stopping rule
+(`checkpoint_interval`) in `_batch_interval.py`, the reports in `_report.py`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
-from jaxtyping import Array, Float, Int
 
-from ._bounds import bernstein_radius, checkpoint_delta, checkpoints, normal_radius
+from ._batch_interval import INTERVAL_RULES, checkpoint_interval
+from ._batch_result import BatchResult
+from ._bounds import checkpoints
 from ._evaluate import last_step_blame, mask_plan, mask_values
 from ._exact import _check_score_range, _take, exact_blame, resolve_players
 from ._pipeline import Hard, World
@@ -35,112 +40,8 @@ NOISE_MODES = {
     "fresh": "interventional, new luck: how much does fixing this step help on average over "
     "fresh noise (not about this particular run)",
 }
-INTERVAL_RULES = ("bernstein", "normal")
 EXACT_AUTO_LIMIT = 14
 STOP_EARLY_BLOCK = 32  # failures analysed per compiled call when stopping early
-
-
-class BatchResult(eqx.Module):
-    """Blame over a test set. Step axes follow `steps`; failure axes follow `failure_ids`
-    (the analysed failures, in the seeded order they were visited).
-
-    - `noise`, `question`: the noise mode and the question it answers.
-    - `num_cases`, `num_failures`: cases run, and failures among them (score < threshold).
-    - `failure_ids`: `Int[Array, "A"]`, case index of each analysed failure (A <= num_failures).
-    - `shapley`: `Float[Array, "A n"]` per-failure Shapley values; `total`, `empty`, `full`:
-      `[A]` total repair v(all) - v(empty), v(empty), v(all) (means over worlds).
-    - `resolve`: `Float[Array, "A n"]`, per failure the share of worlds in which fixing the step
-      alone reaches the threshold.
-    - `last_step`: `Int[Array, "A W"]`, last-step blame per world (-1: no step differs).
-    - `mean_shapley`, `lower`, `upper`: `[n]` mean Shapley value and its anytime-valid interval
-      (rule `interval`) at the last checkpoint reached.
-    - `share_of_repair`: `[n]`, `sum_f phi_fi / sum_f (v_f(all) - v_f(empty))`.
-    - `resolve_rate`: `[n]`, mean of `resolve`; `last_step_rate`: `[n]`, the share of
-      (failure, world) pairs whose last-step blame names the step.
-    - `separated_at`: `{rule: failures needed or None}` for every interval rule on the same
-      stream of failures; `separated`: whether the chosen rule separated the top step.
-    - `factual_choice`, `fixed_choice`: `Int[Array, "A sites"]`, every draw's option in the
-      failed run and in the fully fixed run (world 0), for the drill-down.
-    - `evaluations`: coalition evaluations made (one per case run, plus the analysis).
-    """
-
-    steps: tuple[str, ...] = eqx.field(static=True)
-    site_steps: tuple[str, ...] = eqx.field(static=True)
-    option_names: tuple | None = eqx.field(static=True)
-    noise: str = eqx.field(static=True)
-    question: str = eqx.field(static=True)
-    estimator: str = eqx.field(static=True)
-    interval: str = eqx.field(static=True)
-    delta: float = eqx.field(static=True)
-    threshold: float = eqx.field(static=True)
-    score_range: tuple[float, float] = eqx.field(static=True)
-    num_cases: int = eqx.field(static=True)
-    num_failures: int = eqx.field(static=True)
-    evaluations: int = eqx.field(static=True)
-    separated: bool = eqx.field(static=True)
-    separated_at: dict = eqx.field(static=True)
-    failure_ids: Int[Array, " A"]
-    shapley: Float[Array, "A n"]
-    total: Float[Array, " A"]
-    empty: Float[Array, " A"]
-    full: Float[Array, " A"]
-    resolve: Float[Array, "A n"]
-    last_step: Int[Array, "A W"]
-    mean_shapley: Float[Array, " n"]
-    lower: Float[Array, " n"]
-    upper: Float[Array, " n"]
-    share_of_repair: Float[Array, " n"]
-    resolve_rate: Float[Array, " n"]
-    last_step_rate: Float[Array, " n"]
-    factual_choice: Int[Array, "A sites"]
-    fixed_choice: Int[Array, "A sites"]
-    factual_score: Float[Array, " A"]
-
-    @property
-    def num_analysed(self) -> int:
-        return int(self.failure_ids.shape[0])
-
-    def table(self) -> str:
-        """The terminal table: one row per step."""
-        from ._report import batch_table
-
-        return batch_table(self)
-
-    def to_dict(self) -> dict:
-        """Every field as plain Python values (ready for `json.dump`)."""
-        from ._report import batch_to_dict
-
-        return batch_to_dict(self)
-
-    def to_json(self, path) -> None:
-        """Write `to_dict()` to `path` as JSON."""
-        import json
-
-        with open(path, "w") as f:
-            json.dump(self.to_dict(), f, indent=1)
-
-    def to_dataframe(self):
-        """Per-step summary as a pandas DataFrame (needs pandas installed)."""
-        from ._report import batch_dataframe
-
-        return batch_dataframe(self)
-
-    def to_html(self) -> str:
-        """A single self-contained HTML report (no network, no external assets)."""
-        from ._report import batch_html
-
-        return batch_html(self)
-
-    def save_html(self, path) -> None:
-        """Write `to_html()` to `path`."""
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(self.to_html())
-
-    def _repr_html_(self) -> str:
-        return self.to_html()
-
-    def __str__(self) -> str:
-        return self.table()
 
 
 def _per_failure_resolve(pipeline, structure, cases, worlds, players, fixes, threshold, mode):
@@ -158,40 +59,6 @@ def _per_failure_resolve(pipeline, structure, cases, worlds, players, fixes, thr
 
 
 _RESOLVE_CACHE: dict = {}
-
-
-def checkpoint_interval(values: np.ndarray, k: int, rule: str, delta: float, value_range: float):
-    """The interval of every step's mean at checkpoint k of a stream of per-failure values.
-
-    **Arguments:**
-    - `values`: `[t, n]`, the per-failure values seen so far (t = the k-th checkpoint).
-    - `k`: the checkpoint number (1-based); its intervals are at level `delta / (n k (k+1))`.
-    - `rule`: `"bernstein"` (finite-sample; R = `value_range`) or `"normal"` (asymptotic).
-    - `delta`: the error probability of all intervals of the stream together.
-    - `value_range`: R, the width of the interval the values lie in (`2 (s_max - s_min)`).
-
-    **Returns:** `(mean, lower, upper, top_separated)`.
-    """
-    n = values.shape[1]
-    mean, lower, upper = _interval(values, rule, checkpoint_delta(delta, n, k), value_range)
-    return mean, lower, upper, _top_separated(mean, lower, upper)
-
-
-def _interval(values: np.ndarray, rule: str, delta_k: float, value_range: float):
-    t = values.shape[0]
-    mean = values.mean(axis=0)
-    variance = values.var(axis=0, ddof=1) if t >= 2 else np.full(values.shape[1], np.inf)
-    if rule == "bernstein":
-        radius = bernstein_radius(t, variance, value_range, delta_k) if t >= 2 else np.full_like(mean, np.inf)
-    else:
-        radius = normal_radius(t, variance, delta_k)
-    return mean, mean - radius, mean + radius
-
-
-def _top_separated(mean, lower, upper) -> bool:
-    top = int(np.argmax(mean))
-    others = np.delete(np.arange(mean.shape[0]), top)
-    return bool(np.all(lower[top] > upper[others]))
 
 
 def blame_batch(

@@ -38,7 +38,7 @@ from jaxtyping import Array, Bool, Float, Int
 from ._evaluate import plan_values, trace_run
 from ._exact import check_worlds
 from ._intervals import _check_delta, newcombe_interval, point_of_commitment, wilson_interval
-from ._interventions import DOWNSTREAM, full_plan, step_index, step_of_site
+from ._intervention_plans import DOWNSTREAM, full_plan, step_index, step_of_site
 from ._pipeline import Hard, Plan, StepPlan
 from ._structure import Structure, check_finite_logits, discover
 from ._worlds import _leading_size

@@ -107,7 +107,7 @@ def test_stopping_rule_coverage():
                     mean = values[:t].mean(0)
                     r = bj.normal_radius(t, values[:t].var(0, ddof=1), 0.1)
                     lo, hi = mean - r, mean + r
-                    sep = bj._batch._top_separated(mean, lo, hi)
+                    sep = bj._batch_interval._top_separated(mean, lo, hi)
                 if np.any((truth < lo) | (truth > hi)):
                     missed = True
                     break

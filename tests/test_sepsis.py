@@ -338,7 +338,7 @@ def _tiny():
 def test_tiny_mdp_is_valid():
     """The made-up MDP itself passes the checks, so each bad-input test below fails for
     the reason it names."""
-    from blamejax._counterfactual_mdp import _check_inputs
+    from blamejax._mdp import _check_inputs
 
     args = _tiny()
     tables, observed = _check_inputs(*args.values())

@@ -1,0 +1,48 @@
+"""The interval across failures and the stopping rule of `blame_batch` (in `_batch.py`).
+
+`checkpoint_interval` gives every step's mean per-failure value and its anytime-valid
+interval at a checkpoint of the failure stream, and whether the top step is separated
+from all others. The result type is in `_batch_result.py`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._bounds import bernstein_radius, checkpoint_delta, normal_radius
+
+INTERVAL_RULES = ("bernstein", "normal")
+
+
+def checkpoint_interval(values: np.ndarray, k: int, rule: str, delta: float, value_range: float):
+    """The interval of every step's mean at checkpoint k of a stream of per-failure values.
+
+    **Arguments:**
+    - `values`: `[t, n]`, the per-failure values seen so far (t = the k-th checkpoint).
+    - `k`: the checkpoint number (1-based); its intervals are at level `delta / (n k (k+1))`.
+    - `rule`: `"bernstein"` (finite-sample; R = `value_range`) or `"normal"` (asymptotic).
+    - `delta`: the error probability of all intervals of the stream together.
+    - `value_range`: R, the width of the interval the values lie in (`2 (s_max - s_min)`).
+
+    **Returns:** `(mean, lower, upper, top_separated)`.
+    """
+    n = values.shape[1]
+    mean, lower, upper = _interval(values, rule, checkpoint_delta(delta, n, k), value_range)
+    return mean, lower, upper, _top_separated(mean, lower, upper)
+
+
+def _interval(values: np.ndarray, rule: str, delta_k: float, value_range: float):
+    t = values.shape[0]
+    mean = values.mean(axis=0)
+    variance = values.var(axis=0, ddof=1) if t >= 2 else np.full(values.shape[1], np.inf)
+    if rule == "bernstein":
+        radius = bernstein_radius(t, variance, value_range, delta_k) if t >= 2 else np.full_like(mean, np.inf)
+    else:
+        radius = normal_radius(t, variance, delta_k)
+    return mean, mean - radius, mean + radius
+
+
+def _top_separated(mean, lower, upper) -> bool:
+    top = int(np.argmax(mean))
+    others = np.delete(np.arange(mean.shape[0]), top)
+    return bool(np.all(lower[top] > upper[others]))
