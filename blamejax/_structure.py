@@ -131,14 +131,14 @@ def discover_batch(pipeline: Callable, cases) -> Structure:
     leaves, treedef = jax.tree_util.tree_flatten(cases)
     try:
         cache_key = (pipeline, treedef, tuple((np.shape(x)[1:], x.dtype) for x in leaves))
+        hash(cache_key)
+    except (TypeError, AttributeError):
+        cache_key = None
+    if cache_key is not None and cache_key in _BATCH_DISCOVERED:
         return _BATCH_DISCOVERED[cache_key]
-    except (TypeError, KeyError, AttributeError):
-        pass
     structure = discover(pipeline, one_case(cases))
-    try:
+    if cache_key is not None:
         _BATCH_DISCOVERED[cache_key] = structure
-    except (TypeError, NameError, UnboundLocalError):
-        pass
     return structure
 
 
