@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
@@ -38,7 +37,7 @@ from ._exact import exact_blame
 from ._mc_adaptive import mc_shapley
 from ._pipeline import World
 from ._replay import replay
-from ._structure import discover
+from ._structure import discover_batch
 from ._worlds import as_key
 
 
@@ -112,7 +111,7 @@ def compare_methods(
     if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 0:
         raise ValueError(f"`repeat` must be a non-negative int, got {repeat!r}")
     key_mc, key_ties, key_random = jr.split(as_key(key), 3)
-    structure = discover(pipeline, jax.tree_util.tree_map(lambda x: x[0], cases))
+    structure = discover_batch(pipeline, cases)
     n = structure.num_steps
     num_failures = int(worlds.key.shape[0])
     out: dict = {}  # name -> (predicted, credits, evaluations, seconds, steady)

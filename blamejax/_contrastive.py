@@ -40,7 +40,7 @@ from ._exact import check_worlds
 from ._intervals import _check_delta, newcombe_interval, point_of_commitment, wilson_interval
 from ._intervention_plans import DOWNSTREAM, full_plan, step_index, step_of_site
 from ._pipeline import Hard, Plan, StepPlan
-from ._structure import Structure, check_finite_logits, discover
+from ._structure import Structure, check_finite_logits, discover_batch
 from ._worlds import _leading_size
 
 BASELINES = ("factual", "rollouts")
@@ -282,12 +282,9 @@ def contrastive(
     print(result.table())
     ```
     """
-    num_failures = _leading_size(cases)
-    structure = discover(pipeline, jax.tree_util.tree_map(lambda x: x[0], cases))
-    check_finite_logits(cases)
-    num_worlds = check_worlds(worlds, num_failures, structure)
-    players = _players(structure, steps)
-    num_rollouts = _positive_int(num_rollouts, "num_rollouts")
+    structure, num_failures, num_worlds, players, num_rollouts = _rollout_inputs(
+        pipeline, cases, worlds, steps, num_rollouts
+    )
     if downstream not in DOWNSTREAM:
         raise ValueError(f"`downstream` must be one of {DOWNSTREAM}, got {downstream!r}")
     if baseline not in BASELINES:
@@ -369,6 +366,16 @@ def contrastive(
         baseline_kind=baseline,
         intervention=label,
     )
+
+
+def _rollout_inputs(pipeline, cases, worlds, steps, num_rollouts):
+    """The checks the rollout estimators share: `(structure, F, W, players, num_rollouts)`."""
+    num_failures = _leading_size(cases)
+    structure = discover_batch(pipeline, cases)
+    check_finite_logits(cases)
+    num_worlds = check_worlds(worlds, num_failures, structure)
+    players = _players(structure, steps)
+    return structure, num_failures, num_worlds, players, _positive_int(num_rollouts, "num_rollouts")
 
 
 def _players(structure: Structure, steps) -> tuple[int, ...]:

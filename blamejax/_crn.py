@@ -22,7 +22,7 @@ from ._evaluate import mask_plan, run_score
 from ._exact import resolve_players
 from ._noise import world_key
 from ._pipeline import Hard, World
-from ._structure import discover
+from ._structure import discover_batch
 from ._worlds import _leading_size, as_key
 
 
@@ -72,7 +72,7 @@ def noise_sharing_gain(
     key = as_key(key)
     num = _leading_size(cases)
     ids = np.arange(num) if case_ids is None else np.asarray(case_ids)
-    structure = discover(pipeline, jax.tree_util.tree_map(lambda x: x[0], cases))
+    structure = discover_batch(pipeline, cases)
     players, variants = resolve_players(structure, steps, fixes)
     n = len(players)
     prefix = np.tril(np.ones((n + 1, n), bool), k=-1)  # row j: the first j positions fixed

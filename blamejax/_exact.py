@@ -398,20 +398,3 @@ def _check_score_range(score_range) -> tuple[float, float]:
     if not (np.isfinite(low) and np.isfinite(high) and low < high):
         raise ValueError(f"`score_range` must be finite with low < high, got {score_range!r}")
     return low, high
-
-
-def _to_host(worlds: World):
-    """Worlds as numpy arrays (typed keys as their raw key data) for cheap host slicing."""
-    return World(
-        key=np.asarray(jax.random.key_data(worlds.key)),
-        overrides=None if worlds.overrides is None else tuple(np.asarray(x) for x in worlds.overrides),
-        valid=None if worlds.valid is None else tuple(np.asarray(x) for x in worlds.valid),
-    )
-
-
-def _from_host(worlds: World) -> World:
-    return World(
-        key=jax.random.wrap_key_data(worlds.key),
-        overrides=worlds.overrides,
-        valid=worlds.valid,
-    )

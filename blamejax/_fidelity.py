@@ -17,7 +17,7 @@ from jaxtyping import Array, Float
 
 from ._evaluate import trace_run
 from ._exact import check_worlds
-from ._structure import check_finite_logits, discover
+from ._structure import check_finite_logits, discover_batch
 from ._worlds import _leading_size
 
 _CACHE: dict = {}
@@ -62,7 +62,7 @@ def replay_fidelity(pipeline: Callable, cases, worlds, observed) -> ReplayFideli
     ```
     """
     num_cases = _leading_size(cases)
-    structure = discover(pipeline, jax.tree_util.tree_map(lambda x: x[0], cases))
+    structure = discover_batch(pipeline, cases)
     observed = jnp.asarray(observed)
     num_sites = len(structure.sites)
     if observed.shape != (num_cases, num_sites) or not jnp.issubdtype(observed.dtype, jnp.integer):

@@ -46,7 +46,7 @@ from ._exact import resolve_players
 from ._intervals import wilson_interval
 from ._pipeline import Hard, Relaxed
 from ._replay import replay
-from ._structure import discover
+from ._structure import discover_batch
 from ._worlds import recorded_worlds
 from .demos._rag import FIX_SHIFTS
 
@@ -199,7 +199,7 @@ def _discordant(first, second) -> tuple[int, int]:
 def _alone_values(cases, worlds, step, mode):
     """v({step}) per failure and world, `[F, W]`: the score when only `step` runs its fix."""
     pipeline = demos.rag_pipeline
-    structure = discover(pipeline, jax.tree_util.tree_map(lambda x: x[0], cases))
+    structure = discover_batch(pipeline, cases)
     players, variants = resolve_players(structure, None, None)
     mask = np.array([[structure.steps[p] == step for p in players]])
 

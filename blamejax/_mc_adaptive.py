@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _bounds
-from ._exact import _check_score_range, _from_host, _to_host, check_worlds, resolve_players
+from ._exact import _check_score_range, _take, check_worlds, resolve_players
 from ._mc_advance import _advance_function, _failure_seeds, _noise_function, _num_lanes, _num_slots
 from ._mc_result import RADII, MCHistory, MCResult
 from ._pipeline import Hard, World
@@ -211,8 +211,7 @@ def mc_shapley(
     schedule = _bounds.checkpoints(t1, gamma, budget) if names else (budget,)
     value_range = 2.0 * (high_decl - low_decl)
 
-    host_cases = jax.tree_util.tree_map(np.asarray, cases)
-    host_worlds = _to_host(worlds)
+    cases = jax.tree_util.tree_map(jnp.asarray, cases)  # on the device once, sliced there
     padded = 1 << max(0, (num_failures - 1).bit_length())  # few shapes, few compiles
     seeds = np.asarray(_failure_seeds(key, jnp.arange(padded)))[:num_failures]
     num_slots = _num_slots(num_failures, chunk_size)
@@ -224,9 +223,7 @@ def mc_shapley(
         for start in range(0, len(active), num_slots):
             part = active[start : start + num_slots]
             index = np.concatenate([part, np.full(num_slots - len(part), part[0])])
-            take = lambda x: x[index]  # noqa: E731
-            cases_s = jax.tree_util.tree_map(take, host_cases)
-            worlds_s = _from_host(jax.tree_util.tree_map(take, host_worlds))
+            cases_s, worlds_s = _take((cases, worlds), jnp.asarray(index, jnp.int32))
             yield part, index, cases_s, worlds_s
 
     # The addressed noise of every world of every failure, computed once.

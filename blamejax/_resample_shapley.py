@@ -16,13 +16,10 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from ._contrastive import _players, _positive_int, _threshold
+from ._contrastive import _positive_int, _rollout_inputs, _threshold
 from ._evaluate import plan_values
-from ._exact import check_worlds
 from ._pipeline import Hard, Plan, StepPlan
 from ._shapley import attribute
-from ._structure import check_finite_logits, discover
-from ._worlds import _leading_size
 
 _CACHE: dict = {}
 
@@ -138,12 +135,9 @@ def resample_shapley(
     game = bj.resample_shapley(bj.demos.interaction_pipeline, cases, worlds, num_rollouts=4000)
     ```
     """
-    num_failures = _leading_size(cases)
-    structure = discover(pipeline, jax.tree_util.tree_map(lambda x: x[0], cases))
-    check_finite_logits(cases)
-    num_worlds = check_worlds(worlds, num_failures, structure)
-    players = _players(structure, steps)
-    num_rollouts = _positive_int(num_rollouts, "num_rollouts")
+    structure, num_failures, num_worlds, players, num_rollouts = _rollout_inputs(
+        pipeline, cases, worlds, steps, num_rollouts
+    )
     max_steps = _positive_int(max_steps, "max_steps")
     if len(players) > max_steps:
         raise ValueError(
