@@ -181,8 +181,9 @@ def time_blamejax(pipeline, cases, worlds, num_steps, repeats, log: CompileLog) 
     first, first_cpu = time.perf_counter() - start, time.process_time() - start_cpu
     phases = log.stop()
     first_mb = _status_mb("VmHWM") - base
-    # Warm-up, untimed: on this machine the first ~30 calls after compiling run up to 1.5x
-    # slower than the rest (the reference, which runs for seconds, is timed warm too).
+    # Warm-up, untimed: the first calls after compiling can run slower than the rest
+    # (`profile_exact.py` prints by how much); the reference, which runs for seconds, is
+    # timed warm too.
     base = _reset_peak()  # the steady memory figure covers the warm-up calls too
     warm_until = time.perf_counter() + WARMUP_S
     while time.perf_counter() < warm_until:
@@ -514,7 +515,8 @@ HOW = """\
 How to read this:
 - F x W: failures x worlds (fresh noise); every failure has 2^n coalitions. ns/elem is the steady
   time of one `exact_blame` call divided by F x W x 2^n (median of the repeats, timed after
-  0.5 s of untimed warm-up calls: the first ~30 calls after compiling run up to 1.5x slower here).
+  0.5 s of untimed warm-up calls: the first calls after compiling can run slower; see
+  `profile_exact.py`).
 - compile s: first call minus the steady median (tracing, lowering and XLA compilation; the
   details list JAX's own trace/lower/XLA durations for the first call); in brackets the same in
   process CPU time, which a busy machine inflates less than wall time.
