@@ -33,6 +33,16 @@ from ._worlds import as_key
 
 
 # -- one configuration, end to end ------------------------------------------------------------------
+def _timing(comparison) -> dict:
+    """Each method's first-call and steady wall time, for the results' `timing` entry."""
+    return {
+        method: dict(
+            first_s=float(comparison.seconds[m]), steady_s=float(comparison.steady_seconds[m])
+        )
+        for m, method in enumerate(comparison.methods)
+    }
+
+
 def _scm_config(scm: SCM) -> dict:
     return dict(
         num_steps=scm.num_steps,
@@ -105,12 +115,7 @@ def single_culprit_benchmark(
         row["no_answer"] = int(np.sum(predicted < 0))
         row["evaluations"] = float(comparison.evaluations[m])
         rows.append(row)
-    timing = {
-        method: dict(
-            first_s=float(comparison.seconds[m]), steady_s=float(comparison.steady_seconds[m])
-        )
-        for m, method in enumerate(comparison.methods)
-    }
+    timing = _timing(comparison)
     return dict(
         config=dict(
             _scm_config(scm),
@@ -202,12 +207,7 @@ def multi_culprit_benchmark(
                 check = float(np.max(np.abs(np.asarray(credits, np.float64) - analytic)))
         row["evaluations"] = float(comparison.evaluations[m])
         rows.append(row)
-    timing = {
-        method: dict(
-            first_s=float(comparison.seconds[m]), steady_s=float(comparison.steady_seconds[m])
-        )
-        for m, method in enumerate(comparison.methods)
-    }
+    timing = _timing(comparison)
     return dict(
         config=dict(
             _scm_config(scm),
