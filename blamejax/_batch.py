@@ -15,6 +15,7 @@ resolve rates, noise modes). Its neighbours: the result type `BatchResult` is in
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 import jax
@@ -22,14 +23,14 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
-from ._batch_interval import INTERVAL_RULES, checkpoint_interval
+from ._batch_interval import INTERVAL_RULES, checkpoint_interval, top_separated_at
 from ._batch_result import BatchResult
 from ._bounds import checkpoints
-from ._evaluate import last_step_blame, mask_plan, mask_values
-from ._exact import _check_score_range, _take, exact_blame, resolve_players
+from ._evaluate import last_step_blame, mask_plan, mask_values, trace_run
+from ._exact import _check_score_range, _exact_run, _take, resolve_players
+from ._noise import world_key
 from ._pipeline import Hard, World
-from ._replay import replay
-from ._structure import discover_batch
+from ._structure import check_finite_logits, discover_batch
 from ._worlds import _leading_size, as_key, fresh_worlds, inferred_worlds, recorded_worlds
 
 NOISE_MODES = {
@@ -144,14 +145,14 @@ def blame_batch(
         estimator = "exact" if n <= EXACT_AUTO_LIMIT else "mc"
 
     # 1. Every case once, as it happened (recorded noise). A pass costs one evaluation.
-    recorded = recorded_worlds(key, num_cases)
-    run = replay(pipeline, cases, recorded, mode=mode)
-    scores = np.asarray(run["score"][:, 0])
-    choices = np.asarray(run["choice"][:, 0])
+    #    The same compiled call also runs the fully fixed plan, for the drill-down.
+    cases = jax.tree_util.tree_map(jnp.asarray, cases)  # on the device once, sliced there
+    check_finite_logits(cases)
+    recorded, scores, choices, fixed_choices = _front_function(pipeline, structure, players, variants, mode)(cases, key)
+    scores, choices, fixed_choices = np.asarray(scores), np.asarray(choices), np.asarray(fixed_choices)
     failed = np.flatnonzero(scores < threshold)
     evaluations = num_cases
-    order = np.asarray(jr.permutation(jr.fold_in(key, 0x0BDE), failed.size))
-    failed = failed[order]
+    failed = failed[np.asarray(_visit_order(key, failed.size))]
     if max_failures is not None:
         if not isinstance(max_failures, int) or max_failures < 1:
             raise ValueError(f"`max_failures` must be a positive int, got {max_failures!r}")
@@ -168,7 +169,8 @@ def blame_batch(
     else:
         all_cases = _take(cases, rows)
         all_worlds = _worlds(pipeline, all_cases, failed, key, noise, num_worlds, observed, choices)
-    resolve = _per_failure_resolve(pipeline, structure, all_cases, all_worlds, players, variants, threshold, mode)
+    if estimator != "exact":  # the exact analysis reads it off its coalition tables
+        resolve = _per_failure_resolve(pipeline, structure, all_cases, all_worlds, players, variants, threshold, mode)
     num_w = all_worlds.key.shape[1]
     evaluations += failed.size * num_w * n
 
@@ -188,7 +190,7 @@ def blame_batch(
             block_cases, block_worlds = _take((all_cases, all_worlds), jnp.asarray(rows, jnp.int32))
         block = _analyse(
             pipeline, block_cases, block_worlds,
-            names, fixes, (low, high), estimator, num_permutations, jr.fold_in(key, start), mode,
+            names, fixes, (low, high), estimator, num_permutations, key, start, mode, threshold,
         )
         evaluations += block.pop("evaluations")
         blocks.append(block)
@@ -196,16 +198,17 @@ def blame_batch(
             bar.update(len(rows))
         start = int(rows[-1]) + 1
         values = np.concatenate([b["shapley"] for b in blocks])
-        while k < len(marks) and marks[k] <= start:
-            t = marks[k]
-            k += 1
+        reached = k + int(np.searchsorted(marks[k:], start, side="right"))  # marks <= start
+        if reached > k:
+            ks = np.arange(k + 1, reached + 1)
             for rule in INTERVAL_RULES:
-                if separated_at[rule] is None and t >= 2:
-                    if checkpoint_interval(values[:t], k, rule, delta, value_range)[3]:
-                        separated_at[rule] = int(t)
+                if separated_at[rule] is None:
+                    hits = np.flatnonzero(top_separated_at(values, marks[k:reached], ks, rule, delta, value_range))
+                    if hits.size:
+                        separated_at[rule] = int(marks[k + hits[0]])
+            k = reached
             if stop_early and separated_at[interval] is not None:
-                stopped = k
-                break
+                stopped = int(np.searchsorted(marks, separated_at[interval])) + 1
     if bar is not None:
         bar.close()
     k_last = stopped if stopped is not None else len(marks)
@@ -213,7 +216,8 @@ def blame_batch(
     if stopped is not None:  # values computed past the stopping checkpoint are not looked at
         cat = {name: value[: marks[stopped - 1]] for name, value in cat.items()}
     analysed = failed[: cat["shapley"].shape[0]]
-    cat["resolve"] = resolve[: analysed.size]
+    if estimator != "exact":
+        cat["resolve"] = resolve[: analysed.size]
     values = cat["shapley"]
     mean, lo, hi, _ = checkpoint_interval(values, k_last, interval, delta, value_range)
     total = cat["total"]
@@ -221,11 +225,26 @@ def blame_batch(
     last = cat["last_step"]
     last_rate = np.array([(last == i).mean() for i in range(n)])
 
-    # 4. Drill-down traces: the failed run and the fully fixed run of each analysed failure.
-    #    Every case is replayed (not only the analysed ones), so that this call has the
-    #    shapes of the factual replay above and reuses its compiled function.
-    full_plan = mask_plan(structure, players, variants, np.ones(n, bool))
-    fixed_run = replay(pipeline, cases, recorded, plan=full_plan, mode=mode)
+    # 4. The result (its arrays go to the device in one transfer); the drill-down shows the
+    #    failed run and the fully fixed run of each analysed failure (both from step 1).
+    arrays = dict(
+        failure_ids=analysed,
+        shapley=values,
+        total=total,
+        empty=cat["empty"],
+        full=cat["full"],
+        resolve=cat["resolve"],
+        last_step=last,
+        mean_shapley=mean,
+        lower=lo,
+        upper=hi,
+        share_of_repair=share,
+        resolve_rate=cat["resolve"].mean(0),
+        last_step_rate=last_rate,
+        factual_choice=choices[analysed],
+        fixed_choice=fixed_choices[analysed],
+        factual_score=scores[analysed],
+    )
     return BatchResult(
         steps=names,
         site_steps=tuple(s.step for s in structure.sites),
@@ -242,22 +261,7 @@ def blame_batch(
         evaluations=int(evaluations),
         separated=separated_at[interval] is not None,
         separated_at=separated_at,
-        failure_ids=jnp.asarray(analysed),
-        shapley=jnp.asarray(values),
-        total=jnp.asarray(total),
-        empty=jnp.asarray(cat["empty"]),
-        full=jnp.asarray(cat["full"]),
-        resolve=jnp.asarray(cat["resolve"]),
-        last_step=jnp.asarray(last),
-        mean_shapley=jnp.asarray(mean),
-        lower=jnp.asarray(lo),
-        upper=jnp.asarray(hi),
-        share_of_repair=jnp.asarray(share),
-        resolve_rate=jnp.asarray(cat["resolve"].mean(0)),
-        last_step_rate=jnp.asarray(last_rate),
-        factual_choice=jnp.asarray(choices[analysed]),
-        fixed_choice=jnp.asarray(np.asarray(fixed_run["choice"][:, 0])[analysed]),
-        factual_score=jnp.asarray(scores[analysed]),
+        **jax.device_put(arrays),
     )
 
 
@@ -271,19 +275,20 @@ def _worlds(pipeline, sub_cases, ids, key, noise, num_worlds, observed, choices)
     return worlds
 
 
-def _analyse(pipeline, cases, worlds, names, fixes, score_range, estimator, num_permutations, key, mode):
+def _analyse(pipeline, cases, worlds, names, fixes, score_range, estimator, num_permutations, key, start, mode, threshold):
     n = len(names)
     num_f, num_w = worlds.key.shape
     if estimator == "exact":
-        result = exact_blame(pipeline, cases, worlds, steps=names, fixes=fixes, score_range=score_range, mode=mode, max_steps=max(n, 20))
-        return dict(
-            shapley=np.asarray(result.shapley, np.float64),
-            total=np.asarray(result.total, np.float64),
-            empty=np.asarray(result.empty, np.float64),
-            full=np.asarray(result.full, np.float64),
-            last_step=np.asarray(result.last_step),
-            evaluations=num_f * num_w * (1 << n),
+        result, resolve = _exact_run(
+            pipeline, cases, worlds, names, fixes, score_range, False, mode, max(n, 20), None, None, threshold
         )
+        out = jax.device_get(
+            dict(shapley=result.shapley, total=result.total, empty=result.empty, full=result.full,
+                 last_step=result.last_step, resolve=resolve)
+        )  # one transfer
+        out = {name: value.astype(np.float64) if name != "last_step" else value for name, value in out.items()}
+        return dict(out, evaluations=num_f * num_w * (1 << n))
+    key = jr.fold_in(key, start)
     structure = discover_batch(pipeline, cases)
     players, variants = resolve_players(structure, names, fixes)
     estimate, empty, full, last = _mc_function(pipeline, structure, players, variants, mode, num_permutations)(cases, worlds, key)
@@ -327,6 +332,44 @@ def _mc_function(pipeline, structure, players, variants, mode, num_permutations)
 
     _MC_CACHE[cache_key] = jax.jit(batch)
     return _MC_CACHE[cache_key]
+
+
+_FRONT_CACHE: dict = {}
+
+
+def _front_function(pipeline, structure, players, variants, mode):
+    """Compiled: every case's recorded world, and its factual and fully fixed runs.
+
+    `(cases, key) -> (World [C, 1], score [C], choice [C, sites], fixed choice [C, sites])`:
+    the factual run (world 0 of `fold_in(key, case)`, as `recorded_worlds`) decides which
+    cases failed; the fully fixed run is the drill-down's other side."""
+    cache_key = (pipeline, structure, players, variants, mode)
+    if cache_key not in _FRONT_CACHE:
+        full = np.ones(len(players), bool)
+
+        def one(case, world):
+            def run(on):  # False: the factual run; True: every player's fix on
+                plan = mask_plan(structure, players, variants, full & on)
+                return trace_run(pipeline, structure, case, world, plan, mode)
+
+            runs = jax.vmap(run)(jnp.asarray([False, True]))
+            return runs["score"][0], runs["choice"][0], runs["choice"][1]
+
+        def front(cases, key):
+            num_cases = jax.tree_util.tree_leaves(cases)[0].shape[0]
+            ids = jnp.arange(num_cases, dtype=jnp.uint32)
+            worlds = World(key=world_key(key, ids[:, None], 0))
+            score, choice, fixed = jax.vmap(one)(cases, jax.tree_util.tree_map(lambda x: x[:, 0], worlds))
+            return worlds, score, choice, fixed
+
+        _FRONT_CACHE[cache_key] = jax.jit(front)
+    return _FRONT_CACHE[cache_key]
+
+
+@functools.partial(jax.jit, static_argnums=(1,))
+def _visit_order(key, num_failures: int):
+    """The seeded order in which the failures are visited."""
+    return jr.permutation(jr.fold_in(key, 0x0BDE), num_failures)
 
 
 def _progress(enabled: bool, total: int):

@@ -46,3 +46,36 @@ def _top_separated(mean, lower, upper) -> bool:
     top = int(np.argmax(mean))
     others = np.delete(np.arange(mean.shape[0]), top)
     return bool(np.all(lower[top] > upper[others]))
+
+
+def top_separated_at(values: np.ndarray, marks, ks, rule: str, delta: float, value_range: float) -> np.ndarray:
+    """Whether the top step is separated at each of several checkpoints, at once.
+
+    The same decision as `checkpoint_interval(values[:t], k, ...)[3]` for every pair
+    `(t, k)` of `marks` and `ks`, from running sums (shifted by the first failure's values,
+    in float64) instead of one pass over `values[:t]` per checkpoint. A checkpoint with
+    t < 2 is never separated.
+
+    **Returns:** `Bool[ndarray, "len(marks)"]`.
+    """
+    ts = np.asarray(marks, dtype=np.int64)
+    n = values.shape[1]
+    x = values - values[0]
+    s1 = np.cumsum(x, axis=0)[ts - 1]
+    s2 = np.cumsum(x * x, axis=0)[ts - 1]
+    t = ts[:, None].astype(np.float64)
+    mean = values[0] + s1 / t
+    ok = ts >= 2
+    t = np.where(ok[:, None], t, 2.0)  # t < 2 is masked out below; keep the radii finite
+    variance = np.maximum(s2 - s1 * s1 / t, 0.0) / (t - 1.0)
+    delta_k = checkpoint_delta(delta, n, np.asarray(ks, dtype=np.float64)[:, None])
+    if rule == "bernstein":
+        radius = bernstein_radius(t, variance, value_range, delta_k)
+    else:
+        radius = normal_radius(t, variance, delta_k)
+    lower, upper = mean - radius, mean + radius
+    top = np.argmax(mean, axis=1)
+    rows = np.arange(ts.size)
+    others = upper.copy()
+    others[rows, top] = -np.inf
+    return ok & (lower[rows, top] > others.max(axis=1))

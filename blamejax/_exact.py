@@ -171,6 +171,7 @@ def _chunk_function(pipeline, structure, players, fixes, mode, interactions, wor
     cache_key = (pipeline, structure, players, fixes, mode, interactions, world_group)
     if cache_key in _CACHE:
         return _CACHE[cache_key]
+    bits = np.array([1 << j for j in range(len(players))])
 
     def cube(case, world):
         # The world's noise is computed once and shared by the coalition table and the
@@ -180,40 +181,45 @@ def _chunk_function(pipeline, structure, players, fixes, mode, interactions, wor
         last = last_step_blame(pipeline, structure, case, world, players, fixes, mode, noise)
         return (v,) + _min_max(v) + (jnp.asarray(last, jnp.int32),)
 
-    def per_failure(case, worlds):
+    def per_failure(case, worlds, threshold):
         num_worlds = worlds.key.shape[0]
+        # hits: in how many worlds fixing each player alone reaches `threshold` (if given).
+        hit = (lambda v: jnp.zeros((len(players),))) if threshold is None else (lambda v: (v[..., bits] >= threshold).astype(v.dtype))
         if num_worlds == 1:  # no world axis: the gathers index two axes, not three
             world = jax.tree_util.tree_map(lambda x: x[0], worlds)
             total, lo, hi, last = cube(case, world)
-            last = last[None]
+            hits, last = hit(total), last[None]
         elif world_group >= num_worlds:
             v, lo, hi, last = jax.vmap(cube, in_axes=(None, 0))(case, worlds)
-            total, lo, hi = v.sum(0), lo.min(), hi.max()
+            total, lo, hi, hits = v.sum(0), lo.min(), hi.max(), hit(v).sum(0)
         else:
             groups = jax.tree_util.tree_map(
                 lambda x: x.reshape((num_worlds // world_group, world_group) + x.shape[1:]), worlds
             )
 
             def body(carry, group):
-                total, lo, hi = carry
+                total, lo, hi, hits = carry
                 v, low, high, last = jax.vmap(cube, in_axes=(None, 0))(case, group)
-                carry = (total + v.sum(0), jnp.minimum(lo, low.min()), jnp.maximum(hi, high.max()))
+                carry = (total + v.sum(0), jnp.minimum(lo, low.min()), jnp.maximum(hi, high.max()), hits + hit(v).sum(0))
                 return carry, last
 
             size = 1 << len(players)
-            init = (jnp.zeros(size), jnp.asarray(jnp.inf), jnp.asarray(-jnp.inf))
-            (total, lo, hi), last = jax.lax.scan(body, init, groups)
+            init = (jnp.zeros(size), jnp.asarray(jnp.inf), jnp.asarray(-jnp.inf), jnp.zeros(len(players)))
+            (total, lo, hi, hits), last = jax.lax.scan(body, init, groups)
             last = last.reshape(num_worlds)
         mean = total / num_worlds
         attribution = attribute(mean, interactions=interactions)
-        return attribution, lo, hi, last
+        return attribution, lo, hi, last, hits / num_worlds
 
-    def chunk(cases, worlds):
+    def chunk(cases, worlds, threshold=None):
+        """Attributions and last-step blame of a chunk of failures, the score range and
+        NaN check (`stats`), and, when `threshold` is given, the share of worlds in which
+        fixing each player alone reaches it (`[F, n]`; zeros otherwise)."""
         TRACE_COUNTS[cache_key] = TRACE_COUNTS.get(cache_key, 0) + 1
-        attribution, lo, hi, last = jax.vmap(per_failure)(cases, worlds)
+        attribution, lo, hi, last, resolve = jax.vmap(per_failure, in_axes=(0, 0, None))(cases, worlds, threshold)
         # [lowest score, highest score, any NaN/+inf logits]: one small transfer to check.
         stats = jnp.stack([lo.min(), hi.max(), _non_finite(cases).astype(lo.dtype)])
-        return attribution, last, stats
+        return attribution, last, stats, resolve
 
     compiled = jax.jit(chunk)
     _CACHE[cache_key] = compiled
@@ -317,6 +323,16 @@ def exact_blame(
     print(result.table())
     ```
     """
+    return _exact_run(
+        pipeline, cases, worlds, steps, fixes, score_range, interactions, mode, max_steps, chunk_size, devices
+    )[0]
+
+
+def _exact_run(
+    pipeline, cases, worlds, steps, fixes, score_range, interactions, mode, max_steps, chunk_size, devices, threshold=None
+):
+    """`exact_blame`, and (for `blame_batch`) with `threshold` given, the share of worlds in
+    which fixing each player alone reaches it, `[F, n]`, from the same coalition tables."""
     num_failures = _leading_size(cases)
     lo_decl, hi_decl = _check_score_range(score_range)
     # On the device once (a no-op for JAX arrays), and sliced there.
@@ -360,8 +376,8 @@ def exact_blame(
             chunk_cases, chunk_worlds = _take((cases, worlds), jnp.asarray(index, jnp.int32))
         if sharding is not None:
             chunk_cases, chunk_worlds = jax.device_put((chunk_cases, chunk_worlds), sharding)
-        attribution, last, chunk_stats = function(chunk_cases, chunk_worlds)
-        pieces.append((attribution, last, stop - start))
+        attribution, last, chunk_stats, resolve = function(chunk_cases, chunk_worlds, threshold)
+        pieces.append((attribution, last, resolve, stop - start))
         stats.append(chunk_stats)
     stats = np.asarray(stats[0])[None] if len(stats) == 1 else np.stack([np.asarray(x) for x in stats])
     if stats[:, 2].any():
@@ -373,10 +389,10 @@ def exact_blame(
             f"`score_range` {score_range}; declare the true range (the confidence bounds use it)"
         )
     if len(pieces) == 1 and pieces[0][1].shape[0] == num_failures:
-        attribution, last, _ = pieces[0]
+        attribution, last, resolve, _ = pieces[0]
     else:
-        attribution, last = _join(tuple(p[:2] for p in pieces), tuple(p[2] for p in pieces))
-    return ExactResult(
+        attribution, last, resolve = _join(tuple(p[:3] for p in pieces), tuple(p[3] for p in pieces))
+    result = ExactResult(
         steps=tuple(structure.steps[p] for p in players),
         shapley=attribution.shapley,
         banzhaf=attribution.banzhaf,
@@ -388,6 +404,7 @@ def exact_blame(
         last_step=last,
         score_range=(lo_decl, hi_decl),
     )
+    return result, (None if threshold is None else resolve)
 
 
 def _check_score_range(score_range) -> tuple[float, float]:

@@ -25,7 +25,7 @@ import numpy as np
 
 from . import _bounds
 from ._exact import _check_score_range, _take, check_worlds, resolve_players
-from ._mc_advance import _advance_function, _failure_seeds, _noise_function, _num_lanes, _num_slots
+from ._mc_advance import _advance_function, _num_lanes, _num_slots
 from ._mc_result import RADII, MCHistory, MCResult
 from ._pipeline import Hard, World
 from ._structure import check_finite_logits, discover_batch
@@ -212,8 +212,6 @@ def mc_shapley(
     value_range = 2.0 * (high_decl - low_decl)
 
     cases = jax.tree_util.tree_map(jnp.asarray, cases)  # on the device once, sliced there
-    padded = 1 << max(0, (num_failures - 1).bit_length())  # few shapes, few compiles
-    seeds = np.asarray(_failure_seeds(key, jnp.arange(padded)))[:num_failures]
     num_slots = _num_slots(num_failures, chunk_size)
     num_lanes = _num_lanes(num_slots, unit_cost, lanes)
     advance = _advance_function(pipeline, structure, players, variants, mode, antithetic, num_lanes)
@@ -223,17 +221,9 @@ def mc_shapley(
         for start in range(0, len(active), num_slots):
             part = active[start : start + num_slots]
             index = np.concatenate([part, np.full(num_slots - len(part), part[0])])
-            cases_s, worlds_s = _take((cases, worlds), jnp.asarray(index, jnp.int32))
-            yield part, index, cases_s, worlds_s
-
-    # The addressed noise of every world of every failure, computed once.
-    noise_fn = _noise_function(structure)
-    noise = None
-    for part, _, _, worlds_s in packed(np.arange(num_failures)):
-        values = np.asarray(noise_fn(worlds_s))
-        if noise is None:
-            noise = np.zeros((num_failures,) + values.shape[1:], values.dtype)
-        noise[part] = values[: len(part)]
+            rows = jnp.asarray(index, jnp.int32)
+            cases_s, worlds_s = _take((cases, worlds), rows)
+            yield part, index, rows, cases_s, worlds_s
 
     computed = 0
     empty = np.zeros(num_failures)
@@ -256,15 +246,15 @@ def mc_shapley(
     for k, t_k in enumerate(schedule, start=1):
         steps_now = t_k - t_prev
         lows, highs = [], []
-        for part, index, cases_s, worlds_s in packed(active):
+        for part, index, rows, cases_s, worlds_s in packed(active):
             shift = mean[index].astype(np.float32)
             s1, s2, lo, hi, iterations, ends_empty, ends_full = advance(
                 cases_s,
                 worlds_s,
-                noise[index],
+                rows,
+                key,
                 empty[index].astype(np.float32),
                 full[index].astype(np.float32),
-                seeds[index],
                 shift,
                 np.int32(len(part)),
                 np.int32(t_prev),
@@ -313,25 +303,29 @@ def mc_shapley(
             break
 
     variance = m2 / np.maximum(count - 1, 1)[:, None]
+    f32 = lambda x: np.asarray(x, np.float32)  # noqa: E731
+    arrays = dict(  # to the device in one transfer
+        values=f32(mean),
+        lower=f32(lower),
+        upper=f32(upper),
+        variance=f32(variance),
+        empty=f32(empty),
+        full=f32(full),
+        num_samples=count.astype(np.int32),
+        evaluations=evaluations.astype(np.int32),
+        converged=converged,
+        rule=rule,
+        checkpoint=stopped_at,
+    )
+    if history:
+        arrays["history"] = MCHistory(
+            t=np.asarray(schedule, np.int32), **{name: f32(value) for name, value in hist.items()}
+        )
+    arrays = jax.device_put(arrays)
     return MCResult(
         steps=tuple(structure.steps[p] for p in players),
-        values=jnp.asarray(mean, jnp.float32),
-        lower=jnp.asarray(lower, jnp.float32),
-        upper=jnp.asarray(upper, jnp.float32),
-        variance=jnp.asarray(variance, jnp.float32),
-        empty=jnp.asarray(empty, jnp.float32),
-        full=jnp.asarray(full, jnp.float32),
-        num_samples=jnp.asarray(count, jnp.int32),
-        evaluations=jnp.asarray(evaluations, jnp.int32),
-        converged=jnp.asarray(converged),
-        rule=jnp.asarray(rule, jnp.int32),
-        checkpoint=jnp.asarray(stopped_at, jnp.int32),
-        history=None
-        if not history
-        else MCHistory(
-            t=jnp.asarray(schedule, jnp.int32),
-            **{name: jnp.asarray(value, jnp.float32) for name, value in hist.items()},
-        ),
+        history=arrays.pop("history", None),
+        **arrays,
         antithetic=antithetic,
         radius=radius,
         delta=float(delta),

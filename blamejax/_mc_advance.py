@@ -21,7 +21,6 @@ _MIN_SLOTS = 32  # failure slots of the smallest compiled call
 # Number of times each compiled function has been traced (tests guard recompiles).
 TRACE_COUNTS: dict = {}
 _CACHE: dict = {}
-_NOISE_CACHE: dict = {}
 
 
 def _kahan(total, compensation, x):
@@ -48,9 +47,13 @@ def _advance_function(pipeline, structure, players, fixes, mode, antithetic, lan
         return _CACHE[cache_key]
     n = len(players)
 
-    def advance(cases, worlds, noises, empty, full, seeds, shift, num_active, t_start, t_end):
+    def advance(cases, worlds, ids, key, empty, full, shift, num_active, t_start, t_end):
         TRACE_COUNTS[cache_key] = TRACE_COUNTS.get(cache_key, 0) + 1
         num_slots = empty.shape[0]
+        # Every world's addressed noise, and the order seeds of failures `ids`: computed in
+        # each call (a few hashes per slot), so nothing but the sums goes back and forth.
+        noises = jax.vmap(jax.vmap(lambda w: world_noise(structure, w)))(worlds)
+        seeds = jax.vmap(lambda f: order_seed(jr.fold_in(key, f)))(ids)
 
         def score_ends(_):
             def one(case, world, noise):
@@ -103,21 +106,6 @@ def _advance_function(pipeline, structure, players, fixes, mode, antithetic, lan
     function = jax.jit(advance)
     _CACHE[cache_key] = function
     return function
-
-
-def _noise_function(structure):
-    """The compiled addressed noise of every world of a group of failures,
-    `World [S, W] -> [S, W, sites, K]` (cached per structure, so it is shared by every
-    setting of `mc_shapley` on the same pipeline)."""
-    if structure not in _NOISE_CACHE:
-        _NOISE_CACHE[structure] = jax.jit(jax.vmap(jax.vmap(lambda w: world_noise(structure, w))))
-    return _NOISE_CACHE[structure]
-
-
-@jax.jit
-def _failure_seeds(key, failures):
-    """The order seeds of failures `failures` under the root `key`: `fold_in(key, f)`."""
-    return jax.vmap(lambda f: order_seed(jr.fold_in(key, f)))(failures)
 
 
 def _num_slots(num_failures: int, chunk_size: int) -> int:

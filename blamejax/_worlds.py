@@ -117,62 +117,74 @@ def inferred_worlds(pipeline: Callable, cases, observed, key, num_worlds: int, c
     num_cases = _leading_size(cases)
     structure = discover_batch(pipeline, cases)
     check_finite_logits(cases)
-    observed = jnp.asarray(observed, jnp.int32)
+    observed = np.asarray(observed)
     num_sites = len(structure.sites)
-    if observed.shape != (num_cases, num_sites):
+    if observed.shape != (num_cases, num_sites) or not np.issubdtype(observed.dtype, np.integer):
         raise ValueError(
-            f"`observed` must have shape [F, sites] = [{num_cases}, {num_sites}], got {observed.shape}"
+            f"`observed` must be an int array of shape [F, sites] = [{num_cases}, {num_sites}], "
+            f"got shape {observed.shape}, dtype {observed.dtype}"
         )
     for i, site in enumerate(structure.sites):
-        column = np.asarray(observed[:, i])
+        column = observed[:, i]
         if column.min() < 0 or column.max() >= site.num_options:
             raise ValueError(
                 f"`observed` for step {site.step!r} (slot {site.slot}) must lie in "
                 f"[0, {site.num_options}), got values in [{column.min()}, {column.max()}]"
             )
-    key = as_key(key)
-    seen = _seen_function(pipeline, structure)(cases, observed, key)
-    for i, site in enumerate(structure.sites):
-        picked = np.take_along_axis(np.asarray(seen[i]), np.asarray(observed[:, i])[:, None], axis=1)[:, 0]
-        bad = np.flatnonzero(~np.isfinite(picked))
-        if bad.size:
-            raise ValueError(
-                f"case {int(bad[0])}: the observed option {int(observed[bad[0], i])} of step "
-                f"{site.step!r} (slot {site.slot}) has logit -inf in the factual run, so it "
-                "could not have been chosen; the observations and the logits disagree"
-            )
-    ids = jnp.asarray(np.arange(num_cases) if case_ids is None else _case_ids(case_ids))
+    ids = np.arange(num_cases) if case_ids is None else _case_ids(case_ids)
     if ids.shape != (num_cases,):
         raise ValueError(f"`case_ids` must hold one id per case ({num_cases}), got shape {ids.shape}")
-    worlds = jnp.arange(1, num_worlds + 1, dtype=jnp.uint32)
-    keys = world_key(key, ids.astype(jnp.uint32)[:, None], worlds[None, :])
-
-    overrides = tuple(
-        jax.lax.stop_gradient(_abduct_site(keys, seen[i], observed[:, i], stable_hash(site.step), site.slot))
-        for i, site in enumerate(structure.sites)
+    key = as_key(key)
+    world, picked = _inferred_function(pipeline, structure, int(num_worlds))(
+        cases, jnp.asarray(observed, jnp.int32), key, jnp.asarray(ids, jnp.uint32)
     )
-    valid = tuple(jnp.ones((num_cases, num_worlds), bool) for _ in structure.sites)
-    return World(key=keys, overrides=overrides, valid=valid)
+    bad = np.argwhere(~np.isfinite(np.asarray(picked)))
+    if bad.size:
+        case, i = (int(x) for x in bad[0])
+        site = structure.sites[i]
+        raise ValueError(
+            f"case {case}: the observed option {int(observed[case, i])} of step "
+            f"{site.step!r} (slot {site.slot}) has logit -inf in the factual run, so it "
+            "could not have been chosen; the observations and the logits disagree"
+        )
+    return world
 
 
-_SEEN_CACHE: dict = {}
+_INFERRED_CACHE: dict = {}
 
 
-def _seen_function(pipeline, structure):
-    """Compiled: the logits every draw saw when each case is replayed with its observed choices."""
-    if (pipeline, structure) not in _SEEN_CACHE:
+def _inferred_function(pipeline, structure, num_worlds):
+    """Compiled: `(cases, observed, key, ids) -> (World, picked)`. The logits every draw saw
+    when each case is replayed with its observed choices, the posterior Gumbels of every
+    site in every world (abducted from them), and the logit of each observed option
+    (`[F, sites]`, checked on the host: `-inf` means it could not have been chosen)."""
+    cache_key = (pipeline, structure, num_worlds)
+    if cache_key not in _INFERRED_CACHE:
 
-        def seen(cases, observed, key):
+        def inferred(cases, observed, key, ids):
             world = World(key=key)
-            return jax.vmap(
+            seen = jax.vmap(
                 lambda c, o: trace_run(pipeline, structure, c, world, observed_plan(structure, o))["logits"]
             )(cases, observed)
+            worlds = jnp.arange(1, num_worlds + 1, dtype=jnp.uint32)
+            keys = world_key(key, ids[:, None], worlds[None, :])
+            overrides, picked = [], []
+            for i, site in enumerate(structure.sites):
+                # The check below runs on the host; inside, an impossible observation must not
+                # reach abduct_gumbels' own error, so its logits are made finite here.
+                obs = observed[:, i]
+                logit = jnp.take_along_axis(seen[i], obs[:, None], axis=1)[:, 0]
+                safe = jnp.where(jnp.isfinite(logit)[:, None], seen[i], 0.0)
+                site_hash = stable_hash(site.step)
+                overrides.append(jax.lax.stop_gradient(_abduct_site(keys, safe, obs, site_hash, site.slot)))
+                picked.append(logit)
+            valid = tuple(jnp.ones(keys.shape, bool) for _ in structure.sites)
+            return World(key=keys, overrides=tuple(overrides), valid=valid), jnp.stack(picked, axis=1)
 
-        _SEEN_CACHE[(pipeline, structure)] = jax.jit(seen)
-    return _SEEN_CACHE[(pipeline, structure)]
+        _INFERRED_CACHE[cache_key] = jax.jit(inferred)
+    return _INFERRED_CACHE[cache_key]
 
 
-@jax.jit
 def _abduct_site(keys, logits, observed, step_hash, slot):
     """Posterior Gumbels of one site for every failure [F] and world [W]."""
 
