@@ -62,8 +62,8 @@ def recorded_worlds(key, case_ids) -> World:
     **Returns:** a `World` whose key has shape `[F, 1]`.
     """
     key = as_key(key)
-    ids = jnp.asarray(_case_ids(case_ids), jnp.uint32)
-    return World(key=world_key(key, ids[:, None], 0))  # one compiled call for all cases
+    ids = _case_ids(case_ids).astype(np.uint32)
+    return World(key=world_key(key, ids[:, None], np.uint32(0)))  # one compiled call for all cases
 
 
 def fresh_worlds(key, case_ids, num_worlds: int) -> World:
@@ -75,9 +75,9 @@ def fresh_worlds(key, case_ids, num_worlds: int) -> World:
     if not isinstance(num_worlds, (int, np.integer)) or num_worlds < 1:
         raise ValueError(f"`num_worlds` must be a positive int, got {num_worlds!r}")
     key = as_key(key)
-    ids = jnp.asarray(_case_ids(case_ids), jnp.uint32)
-    worlds = jnp.arange(1, num_worlds + 1, dtype=jnp.uint32)
-    return World(key=world_key(key, ids[:, None], worlds[None, :]))
+    ids = _case_ids(case_ids).astype(np.uint32)
+    worlds = np.arange(1, num_worlds + 1, dtype=np.uint32)
+    return World(key=world_key(key, ids[:, None], worlds[None, :]))  # one compiled call
 
 
 def observed_plan(structure: Structure, observed: Int[Array, " sites"]) -> Plan:
