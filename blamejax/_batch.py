@@ -199,16 +199,21 @@ def blame_batch(
         start = int(rows[-1]) + 1
         values = np.concatenate([b["shapley"] for b in blocks])
         reached = k + int(np.searchsorted(marks[k:], start, side="right"))  # marks <= start
-        if reached > k:
-            ks = np.arange(k + 1, reached + 1)
+        if reached > k:  # checkpoints k+1..reached, decided at once
+            ts, ks = marks[k:reached], np.arange(k + 1, reached + 1)
+            first = {}
             for rule in INTERVAL_RULES:
                 if separated_at[rule] is None:
-                    hits = np.flatnonzero(top_separated_at(values, marks[k:reached], ks, rule, delta, value_range))
-                    if hits.size:
-                        separated_at[rule] = int(marks[k + hits[0]])
+                    hits = np.flatnonzero(top_separated_at(values, ts, ks, rule, delta, value_range))
+                    first[rule] = int(hits[0]) if hits.size else None
+            looked = len(ts)  # when the batch stops, checkpoints after the stop are not looked at
+            if stop_early and first.get(interval) is not None:
+                looked = first[interval] + 1
+                stopped = k + looked
+            for rule, j in first.items():
+                if j is not None and j < looked:
+                    separated_at[rule] = int(ts[j])
             k = reached
-            if stop_early and separated_at[interval] is not None:
-                stopped = int(np.searchsorted(marks, separated_at[interval])) + 1
     if bar is not None:
         bar.close()
     k_last = stopped if stopped is not None else len(marks)

@@ -82,6 +82,47 @@ def test_stop_early_uses_fewer_failures():
     assert not full.separated and early.num_analysed == full.num_analysed
 
 
+@pytest.mark.parametrize("rule", ["bernstein", "normal"])
+def test_checkpoints_decided_at_once_equal_one_at_a_time(rule):
+    """`top_separated_at` (running sums, every checkpoint at once) makes the decision of
+    `checkpoint_interval` on `values[:t]` at every checkpoint (t >= 2; t = 1 never separates)."""
+    rng = np.random.default_rng(7)
+    decisions = []
+    for trial in range(20):
+        n = int(rng.integers(1, 5))
+        values = rng.normal(rng.normal(size=n) * 0.3, 0.2, size=(80, n)).clip(-1, 1)
+        marks = (1,) + bj.checkpoints(2 + trial % 3, 1.3, 80)  # t = 1: a batch of one failure
+        ks = np.arange(1, len(marks) + 1)
+        at_once = bj._batch_interval.top_separated_at(values, marks, ks, rule, 0.1, 2.0)
+        one_by_one = [t >= 2 and bj.checkpoint_interval(values[:t], k, rule, 0.1, 2.0)[3] for k, t in zip(ks, marks)]
+        np.testing.assert_array_equal(at_once, one_by_one)
+        decisions += one_by_one
+    assert 0 < sum(decisions) < len(decisions)  # both outcomes occur: the comparison is not vacuous
+
+
+def test_stop_early_stops_at_the_first_separated_checkpoint():
+    # On the 8-step agent the normal rule separates the top step after about 150 of 326
+    # failures (the finite-sample rule needs more than this test set has).
+    cases = bj.demos.agent8_cases(400)
+    kwargs = dict(interval="normal", first_checkpoint=4, growth=1.5)
+    full = bj.blame_batch(bj.demos.agent8_pipeline, cases, 0, **kwargs)
+    early = bj.blame_batch(bj.demos.agent8_pipeline, cases, 0, stop_early=True, **kwargs)
+    stop = full.separated_at["normal"]
+    assert full.separated and stop is not None and stop < full.num_analysed  # it does stop early
+    # The early run analyses exactly the failures up to that checkpoint, in the same order,
+    # with the same per-failure values, and looks at no checkpoint after it.
+    assert early.separated and early.num_analysed == early.separated_at["normal"] == stop
+    np.testing.assert_array_equal(early.failure_ids, full.failure_ids[:stop])
+    np.testing.assert_allclose(early.shapley, full.shapley[:stop], atol=1e-6)
+    other = early.separated_at["bernstein"]
+    assert other is None or other <= stop
+    k = bj.checkpoints(4, 1.5, full.num_analysed).index(stop) + 1
+    _, lo, hi, sep = bj.checkpoint_interval(np.asarray(full.shapley[:stop], np.float64), k, "normal", 0.1, 2.0)
+    assert sep
+    np.testing.assert_allclose(early.lower, lo, atol=1e-6)
+    np.testing.assert_allclose(early.upper, hi, atol=1e-6)
+
+
 def test_stopping_rule_coverage():
     """δ = 0.1, 1000 seeded streams with known means; a miss = any step's interval at any
     checkpoint up to stopping excludes the true mean. Fails iff misses > 137 (the 1 - 1e-4
