@@ -17,6 +17,7 @@ Run from the repository root:
 
     python benchmarks/bench_mc.py            # n = 16 and 32, 100 failures (a few minutes)
     python benchmarks/bench_mc.py --quick    # a smoke run
+    python benchmarks/bench_mc.py --breakdown  # where a call goes (game, choices, sampling)
 
 If shapiq is not installed (it is not a dependency of blamejax), a plain numpy permutation
 sampler stands in for it, and the results say so.
@@ -255,6 +256,69 @@ def coverage(n, num_games, seeds_per_game, seed, log):
     return num, out
 
 
+def breakdown(n, num_failures, seed, repeats, orders=(32, 128, 512)):
+    """Where an `mc_shapley` call goes: the same call (fixed budget) with the game's pipeline,
+    with a pipeline that makes the same n choices but scores their mean (no game), and with
+    one whose score ignores the choices (the compiler drops them: what is left is sampling
+    the orders, building the prefixes and summing the marginals). The fixed cost of a call is
+    the game's time extrapolated linearly to zero orders."""
+    rng = np.random.default_rng(seed + n)
+    members, weights, _ = weighted_unanimity(rng, num_failures, n)
+    cases = game_cases(members, weights)
+    worlds = bj.recorded_worlds(0, num_failures)
+
+    def choices_only(ctx, case):
+        good = jnp.stack([ctx.choose(f"p{i}", case["step"]).index for i in range(n)]) > 0
+        return jnp.mean(good.astype(jnp.float32)) * case["weights"].sum()
+
+    def constant(ctx, case):
+        for i in range(n):
+            ctx.choose(f"p{i}", case["step"])
+        return 0.5 * case["weights"].sum()
+
+    pipelines = {
+        "the game (as timed above)": make_pipeline(n),
+        "the same choices, scored by their mean (no game)": choices_only,
+        "a constant score (the choices are dropped)": constant,
+    }
+    out = {}
+    for label, pipeline in pipelines.items():
+        for num_orders in orders:
+            budget = 2 + (n - 1) * num_orders
+
+            def call(key):
+                return bj.mc_shapley(pipeline, cases, worlds, key=key, max_evaluations=budget, stop=())
+
+            jax.block_until_ready(call(0).values)
+            warm_until = time.perf_counter() + 0.5  # untimed: the first calls run slower
+            while time.perf_counter() < warm_until:
+                jax.block_until_ready(call(0).values)
+            times = []
+            for r in range(repeats):
+                start = time.perf_counter()
+                jax.block_until_ready(call(r + 1).values)
+                times.append(time.perf_counter() - start)
+            out[label, num_orders] = 1e3 * float(np.median(times))
+    lines = [
+        f"### n = {n}, {num_failures} failures: ms per `mc_shapley` call (median of {repeats})",
+        "",
+        "| pipeline | " + " | ".join(f"{t} orders" for t in orders) + " | ms per 100 orders |",
+        "|---|" + "---|" * (len(orders) + 1),
+    ]
+    fits = {}
+    for label in pipelines:  # least squares: time = fixed + slope x orders
+        fits[label] = np.polyfit(orders, [out[label, t] for t in orders], 1)
+        cells = " | ".join(f"{out[label, t]:.1f}" for t in orders)
+        lines.append(f"| {label} | {cells} | {100 * fits[label][0]:.1f} |")
+    slope, fixed = fits[next(iter(pipelines))]
+    lines += [
+        "",
+        f"Fixed cost of a call (the game's times fitted by a line, at 0 orders): {fixed:.2f} ms.",
+        "",
+    ]
+    return lines
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
@@ -264,7 +328,26 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="benchmarks/results/bench_mc.md")
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="only time where an mc_shapley call goes (n = 16 and 32; writes "
+        "benchmarks/results/bench_mc_breakdown.md)",
+    )
     args = parser.parse_args(argv)
+    if args.breakdown:
+        lines = [
+            "## bench_mc --breakdown",
+            "",
+            f"`python benchmarks/bench_mc.py --breakdown`; jax {jax.__version__}, {os.cpu_count()} CPU cores.",
+            "",
+        ]
+        for n in (16, 32):
+            lines += breakdown(n, args.failures, args.seed, max(args.repeats, 15))
+        text = "\n".join(lines)
+        print(text)
+        Path("benchmarks/results/bench_mc_breakdown.md").write_text(text + "\n")
+        return 0
     sizes = (16,) if args.quick else (16, 32)
     failures = 10 if args.quick else args.failures
     multipliers = (32, 256) if args.quick else (32, 128, 512, 2048)

@@ -243,7 +243,12 @@ class Context:
         if step_plan.shift is not None:
             logits = logits + _lift(jnp.asarray(step_plan.shift, logits.dtype), logits)
         if isinstance(self.mode, Hard):
-            if tabulated:
+            # A step without parents and with at most two variants is tabulated too: the
+            # argmax of every variant's row costs no more than gathering one row and taking
+            # its argmax, and where the logits do not depend on earlier choices it is then
+            # computed once per world instead of once per coalition (the same choice, bit
+            # for bit).
+            if tabulated or logits.shape[0] <= 2:
                 index = _tabulated_hard(logits, noise, variant, parents, step)
             else:
                 index = _free_hard_step(logits, noise, variant, step)
