@@ -146,8 +146,8 @@ def blame_batch(
 
     # 1. Every case once, as it happened (recorded noise). A pass costs one evaluation.
     #    The same compiled call also runs the fully fixed plan, for the drill-down.
+    check_finite_logits(cases)  # before the transfer: host arrays are checked where they are
     cases = jax.tree_util.tree_map(jnp.asarray, cases)  # on the device once, sliced there
-    check_finite_logits(cases)
     recorded, scores, choices, fixed_choices = _front_function(pipeline, structure, players, variants, mode)(cases, key)
     scores, choices, fixed_choices = np.asarray(scores), np.asarray(choices), np.asarray(fixed_choices)
     failed = np.flatnonzero(scores < threshold)
@@ -230,8 +230,8 @@ def blame_batch(
     last = cat["last_step"]
     last_rate = np.array([(last == i).mean() for i in range(n)])
 
-    # 4. The result (its arrays go to the device in one transfer); the drill-down shows the
-    #    failed run and the fully fixed run of each analysed failure (both from step 1).
+    # 4. The result, on the host; the drill-down shows the failed run and the fully fixed run
+    #    of each analysed failure (both from step 1).
     arrays = dict(
         failure_ids=analysed,
         shapley=values,
@@ -266,7 +266,7 @@ def blame_batch(
         evaluations=int(evaluations),
         separated=separated_at[interval] is not None,
         separated_at=separated_at,
-        **jax.device_put(arrays),
+        **{name: np.asarray(value) for name, value in arrays.items()},
     )
 
 
@@ -405,17 +405,17 @@ def _option_names(option_names, structure):
 def _empty_result(structure, names, noise, estimator, interval, delta, threshold, score_range, num_cases, evaluations, option_names):
     n = len(names)
     sites = len(structure.sites)
-    z = jnp.zeros((0,))
-    nan = jnp.full((n,), jnp.nan)
+    z = np.zeros((0,))
+    nan = np.full((n,), np.nan)
     return BatchResult(
         steps=names, site_steps=tuple(s.step for s in structure.sites),
         option_names=_option_names(option_names, structure), noise=noise, question=NOISE_MODES[noise],
         estimator=estimator, interval=interval, delta=float(delta), threshold=threshold,
         score_range=score_range, num_cases=num_cases, num_failures=0, evaluations=evaluations,
         separated=False, separated_at={rule: None for rule in INTERVAL_RULES},
-        failure_ids=jnp.zeros((0,), jnp.int32), shapley=jnp.zeros((0, n)), total=z, empty=z, full=z,
-        resolve=jnp.zeros((0, n)), last_step=jnp.zeros((0, 1), jnp.int32), mean_shapley=nan,
+        failure_ids=np.zeros((0,), np.int64), shapley=np.zeros((0, n)), total=z, empty=z, full=z,
+        resolve=np.zeros((0, n)), last_step=np.zeros((0, 1), np.int32), mean_shapley=nan,
         lower=nan, upper=nan, share_of_repair=nan, resolve_rate=nan, last_step_rate=nan,
-        factual_choice=jnp.zeros((0, sites), jnp.int32), fixed_choice=jnp.zeros((0, sites), jnp.int32),
+        factual_choice=np.zeros((0, sites), np.int32), fixed_choice=np.zeros((0, sites), np.int32),
         factual_score=z,
     )

@@ -7,21 +7,23 @@ across failures and the stopping rule are in `_batch_interval.py`.
 from __future__ import annotations
 
 import equinox as eqx
-from jaxtyping import Array, Float, Int
+import numpy as np
+from jaxtyping import Float, Int
 
 
 class BatchResult(eqx.Module):
     """Blame over a test set. Step axes follow `steps`; failure axes follow `failure_ids`
-    (the analysed failures, in the seeded order they were visited).
+    (the analysed failures, in the seeded order they were visited). Its arrays are NumPy
+    arrays on the host: the statistics across failures are computed there, in float64.
 
     - `noise`, `question`: the noise mode and the question it answers.
     - `num_cases`, `num_failures`: cases run, and failures among them (score < threshold).
-    - `failure_ids`: `Int[Array, "A"]`, case index of each analysed failure (A <= num_failures).
-    - `shapley`: `Float[Array, "A n"]` per-failure Shapley values; `total`, `empty`, `full`:
+    - `failure_ids`: `Int[np.ndarray, "A"]`, case index of each analysed failure (A <= num_failures).
+    - `shapley`: `Float[np.ndarray, "A n"]` per-failure Shapley values; `total`, `empty`, `full`:
       `[A]` total repair v(all) - v(empty), v(empty), v(all) (means over worlds).
-    - `resolve`: `Float[Array, "A n"]`, per failure the share of worlds in which fixing the step
+    - `resolve`: `Float[np.ndarray, "A n"]`, per failure the share of worlds in which fixing the step
       alone reaches the threshold.
-    - `last_step`: `Int[Array, "A W"]`, last-step blame per world (-1: no step differs).
+    - `last_step`: `Int[np.ndarray, "A W"]`, last-step blame per world (-1: no step differs).
     - `mean_shapley`, `lower`, `upper`: `[n]` mean Shapley value and its anytime-valid interval
       (rule `interval`) at the last checkpoint reached.
     - `share_of_repair`: `[n]`, `sum_f phi_fi / sum_f (v_f(all) - v_f(empty))`.
@@ -29,7 +31,7 @@ class BatchResult(eqx.Module):
       (failure, world) pairs whose last-step blame names the step.
     - `separated_at`: `{rule: failures needed or None}` for every interval rule on the same
       stream of failures; `separated`: whether the chosen rule separated the top step.
-    - `factual_choice`, `fixed_choice`: `Int[Array, "A sites"]`, every draw's option in the
+    - `factual_choice`, `fixed_choice`: `Int[np.ndarray, "A sites"]`, every draw's option in the
       failed run and in the fully fixed run (world 0), for the drill-down.
     - `evaluations`: coalition evaluations made (one per case run, plus the analysis).
     """
@@ -49,22 +51,22 @@ class BatchResult(eqx.Module):
     evaluations: int = eqx.field(static=True)
     separated: bool = eqx.field(static=True)
     separated_at: dict = eqx.field(static=True)
-    failure_ids: Int[Array, " A"]
-    shapley: Float[Array, "A n"]
-    total: Float[Array, " A"]
-    empty: Float[Array, " A"]
-    full: Float[Array, " A"]
-    resolve: Float[Array, "A n"]
-    last_step: Int[Array, "A W"]
-    mean_shapley: Float[Array, " n"]
-    lower: Float[Array, " n"]
-    upper: Float[Array, " n"]
-    share_of_repair: Float[Array, " n"]
-    resolve_rate: Float[Array, " n"]
-    last_step_rate: Float[Array, " n"]
-    factual_choice: Int[Array, "A sites"]
-    fixed_choice: Int[Array, "A sites"]
-    factual_score: Float[Array, " A"]
+    failure_ids: Int[np.ndarray, " A"]
+    shapley: Float[np.ndarray, "A n"]
+    total: Float[np.ndarray, " A"]
+    empty: Float[np.ndarray, " A"]
+    full: Float[np.ndarray, " A"]
+    resolve: Float[np.ndarray, "A n"]
+    last_step: Int[np.ndarray, "A W"]
+    mean_shapley: Float[np.ndarray, " n"]
+    lower: Float[np.ndarray, " n"]
+    upper: Float[np.ndarray, " n"]
+    share_of_repair: Float[np.ndarray, " n"]
+    resolve_rate: Float[np.ndarray, " n"]
+    last_step_rate: Float[np.ndarray, " n"]
+    factual_choice: Int[np.ndarray, "A sites"]
+    fixed_choice: Int[np.ndarray, "A sites"]
+    factual_score: Float[np.ndarray, " A"]
 
     @property
     def num_analysed(self) -> int:
