@@ -8,7 +8,7 @@ each step gets an anytime-valid confidence interval, and the batch can stop as s
 top step is separated from all others.
 
 This module holds `blame_batch` and its private helpers (worlds, per-failure analysis,
-resolve rates, noise modes). Its neighbours: the result type `BatchResult` is in
+noise modes). Its neighbours: the result type `BatchResult` is in
 `_batch_result.py`, the interval across failures and the stopping rule
 (`checkpoint_interval`) in `_batch_interval.py`, the reports in `_report.py`.
 """
@@ -43,23 +43,6 @@ NOISE_MODES = {
 }
 EXACT_AUTO_LIMIT = 14
 STOP_EARLY_BLOCK = 32  # failures analysed per compiled call when stopping early
-
-
-def _per_failure_resolve(pipeline, structure, cases, worlds, players, fixes, threshold, mode):
-    """Share of worlds in which fixing each player alone reaches the threshold: [F, n]."""
-    cache_key = (pipeline, structure, tuple(players), tuple(fixes), mode)
-    if cache_key not in _RESOLVE_CACHE:
-        masks = np.eye(len(players), dtype=bool)
-
-        def one(case, world, threshold):
-            return mask_values(pipeline, structure, case, world, players, fixes, masks, mode) >= threshold
-
-        _RESOLVE_CACHE[cache_key] = jax.jit(jax.vmap(jax.vmap(one, in_axes=(None, 0, None)), in_axes=(0, 0, None)))
-    hits = _RESOLVE_CACHE[cache_key](cases, worlds, threshold)
-    return np.asarray(hits, dtype=np.float64).mean(axis=1)
-
-
-_RESOLVE_CACHE: dict = {}
 
 
 def blame_batch(
@@ -162,17 +145,13 @@ def blame_batch(
     if failed.size == 0:
         return _empty_result(structure, names, noise, estimator, interval, delta, threshold, (low, high), num_cases, evaluations, option_names)
 
-    # 2. The worlds of every failure to analyse, and how often each fix alone resolves it.
+    # 2. The worlds of every failure to analyse.
     rows = jnp.asarray(failed, jnp.int32)
     if noise == "recorded":  # the failures' own worlds: rows of the factual run's worlds
         all_cases, all_worlds = _take((cases, recorded), rows)
     else:
         all_cases = _take(cases, rows)
         all_worlds = _worlds(pipeline, all_cases, failed, key, noise, num_worlds, observed, choices)
-    if estimator != "exact":  # the exact analysis reads it off its coalition tables
-        resolve = _per_failure_resolve(pipeline, structure, all_cases, all_worlds, players, variants, threshold, mode)
-    num_w = all_worlds.key.shape[1]
-    evaluations += failed.size * num_w * n
 
     # 3. Per-failure values. Intervals are formed and stopping decided only at the checkpoints
     #    of the failure stream; values are computed in blocks of a fixed size (one compiled
@@ -221,8 +200,6 @@ def blame_batch(
     if stopped is not None:  # values computed past the stopping checkpoint are not looked at
         cat = {name: value[: marks[stopped - 1]] for name, value in cat.items()}
     analysed = failed[: cat["shapley"].shape[0]]
-    if estimator != "exact":
-        cat["resolve"] = resolve[: analysed.size]
     values = cat["shapley"]
     mean, lo, hi, _ = checkpoint_interval(values, k_last, interval, delta, value_range)
     total = cat["total"]
@@ -296,7 +273,8 @@ def _analyse(pipeline, cases, worlds, names, fixes, score_range, estimator, num_
     key = jr.fold_in(key, start)
     structure = discover_batch(pipeline, cases)
     players, variants = resolve_players(structure, names, fixes)
-    estimate, empty, full, last = _mc_function(pipeline, structure, players, variants, mode, num_permutations)(cases, worlds, key)
+    function = _mc_function(pipeline, structure, players, variants, mode, num_permutations)
+    estimate, empty, full, last, resolve = function(cases, worlds, key, threshold)
     low, high = score_range
     if float(np.min(empty)) < low or float(np.max(full)) > high:
         raise ValueError(f"the pipeline returned scores outside the declared `score_range` {score_range}")
@@ -306,7 +284,8 @@ def _analyse(pipeline, cases, worlds, names, fixes, score_range, estimator, num_
         empty=np.asarray(empty, np.float64),
         full=np.asarray(full, np.float64),
         last_step=np.asarray(last),
-        evaluations=num_f * num_w * (2 + num_permutations * (n - 1)),
+        resolve=np.asarray(resolve, np.float64),
+        evaluations=num_f * num_w * (2 + num_permutations * (n - 1) + n),  # + n: the fixes alone
     )
 
 
@@ -315,25 +294,27 @@ _MC_CACHE: dict = {}
 
 def _mc_function(pipeline, structure, players, variants, mode, num_permutations):
     """Compiled: a fixed number of permutations per failure (`mc_shapley_fixed`, vmapped over
-    failures), v(empty), v(all) and last-step blame."""
+    failures), v(empty), v(all), last-step blame, and the share of worlds in which fixing each
+    player alone reaches `threshold`."""
     cache_key = (pipeline, structure, players, variants, mode, num_permutations)
     if cache_key in _MC_CACHE:
         return _MC_CACHE[cache_key]
     from ._mc import mc_shapley_fixed
 
     n = len(players)
-    ends = np.array([[False] * n, [True] * n])
+    masks = np.concatenate([np.zeros((1, n), bool), np.ones((1, n), bool), np.eye(n, dtype=bool)])
 
-    def one(case, worlds, key):
+    def one(case, worlds, key, threshold):
         estimate = mc_shapley_fixed(pipeline, structure, case, worlds, key, num_permutations, players, variants, mode=mode)
-        v = jax.vmap(lambda w: mask_values(pipeline, structure, case, w, players, variants, ends, mode))(worlds)
+        v = jax.vmap(lambda w: mask_values(pipeline, structure, case, w, players, variants, masks, mode))(worlds)
         last = jax.vmap(lambda w: last_step_blame(pipeline, structure, case, w, players, variants, mode))(worlds)
-        return estimate, v[:, 0].mean(), v[:, 1].mean(), last
+        resolve = (v[:, 2:] >= threshold).mean(axis=0)  # [n]: each player's fix alone
+        return estimate, v[:, 0].mean(), v[:, 1].mean(), last, resolve
 
-    def batch(cases, worlds, key):
+    def batch(cases, worlds, key, threshold):
         num = worlds.key.shape[0]
         keys = jax.vmap(lambda f: jr.fold_in(key, f))(jnp.arange(num))
-        return jax.vmap(one)(cases, worlds, keys)
+        return jax.vmap(one, in_axes=(0, 0, 0, None))(cases, worlds, keys, threshold)
 
     _MC_CACHE[cache_key] = jax.jit(batch)
     return _MC_CACHE[cache_key]

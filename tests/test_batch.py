@@ -56,6 +56,34 @@ def test_batch_equals_per_failure_loop():
     np.testing.assert_allclose(result.share_of_repair, shapley.sum(0) / total.sum(), atol=1e-6)
     np.testing.assert_allclose(result.resolve_rate, resolve.mean(0), atol=1e-6)
     assert abs(float(result.share_of_repair.sum()) - 1.0) < 1e-5
+    # every case once, then every coalition of every failure and world (fix-alone is among them)
+    assert result.evaluations == 24 + len(ids) * 2 * 2**3
+
+
+def test_batch_monte_carlo_equals_per_failure_loop():
+    """The fixed-budget Monte Carlo path: per failure, `mc_shapley_fixed` with the key of its
+    place in the stream; fix-alone resolve from the same worlds; the evaluations counted."""
+    cases = _batch_cases()
+    num_orders = 8
+    result = bj.blame_batch(
+        chain_pipeline, cases, 3, noise="fresh", num_worlds=2, estimator="mc", num_permutations=num_orders
+    )
+    assert result.estimator.startswith("mc")
+    ids = np.asarray(result.failure_ids)
+    structure = bj.discover(chain_pipeline, jax.tree_util.tree_map(lambda x: x[0], cases))
+    block_key = jax.random.fold_in(jax.random.key(3), 0)  # the first (and only) block
+    for i, f in enumerate(ids):
+        case = jax.tree_util.tree_map(lambda x: x[f], cases)
+        worlds = bj.World(key=bj.fresh_worlds(3, np.array([f]), 2).key[0])
+        key = jax.random.fold_in(block_key, i)
+        estimate = bj.mc_shapley_fixed(chain_pipeline, structure, case, worlds, key, num_orders, range(3), [1] * 3)
+        np.testing.assert_allclose(result.shapley[i], estimate.values, atol=1e-6)
+        v = [bj.coalition_values(chain_pipeline, structure, case, bj.World(key=k), range(3), [1] * 3) for k in worlds.key]
+        hits = [[float(table[1 << j]) >= 1.0 for j in range(3)] for table in v]
+        np.testing.assert_allclose(result.resolve[i], np.mean(hits, axis=0), atol=1e-6)
+        np.testing.assert_allclose(result.total[i], np.mean([t[-1] - t[0] for t in v]), atol=1e-6)
+    # every case once, then per failure and world: the two ends, n - 1 per order, n fixes alone
+    assert result.evaluations == 24 + len(ids) * 2 * (2 + num_orders * 2 + 3)
 
 
 def test_visiting_order_is_seeded():
