@@ -128,11 +128,10 @@ def blame_batch(
         estimator = "exact" if n <= EXACT_AUTO_LIMIT else "mc"
 
     # 1. Every case once, as it happened (recorded noise). A pass costs one evaluation.
-    #    The same compiled call also runs the fully fixed plan, for the drill-down.
     check_finite_logits(cases)  # before the transfer: host arrays are checked where they are
     cases = jax.tree_util.tree_map(jnp.asarray, cases)  # on the device once, sliced there
-    recorded, scores, choices, fixed_choices = _front_function(pipeline, structure, players, variants, mode)(cases, key)
-    scores, choices, fixed_choices = np.asarray(scores), np.asarray(choices), np.asarray(fixed_choices)
+    recorded, scores, choices = _front_function(pipeline, structure, mode)(cases, key)
+    scores, choices = np.asarray(scores), np.asarray(choices)
     failed = np.flatnonzero(scores < threshold)
     evaluations = num_cases
     failed = failed[np.asarray(_visit_order(key, failed.size))]
@@ -145,12 +144,14 @@ def blame_batch(
     if failed.size == 0:
         return _empty_result(structure, names, noise, estimator, interval, delta, threshold, (low, high), num_cases, evaluations, option_names)
 
-    # 2. The worlds of every failure to analyse.
-    rows = jnp.asarray(failed, jnp.int32)
-    if noise == "recorded":  # the failures' own worlds: rows of the factual run's worlds
-        all_cases, all_worlds = _take((cases, recorded), rows)
+    # 2. The failures to analyse, their fully fixed runs under their own noise (for the
+    #    drill-down; one evaluation each) and their worlds.
+    select = _select_function(pipeline, structure, players, variants, mode)
+    all_cases, own_worlds, fixed_choices = select(cases, recorded, jnp.asarray(failed, jnp.int32))
+    evaluations += failed.size
+    if noise == "recorded":  # the failures' own worlds
+        all_worlds = own_worlds
     else:
-        all_cases = _take(cases, rows)
         all_worlds = _worlds(pipeline, all_cases, failed, key, noise, num_worlds, observed, choices)
 
     # 3. Per-failure values. Intervals are formed and stopping decided only at the checkpoints
@@ -208,7 +209,7 @@ def blame_batch(
     last_rate = np.array([(last == i).mean() for i in range(n)])
 
     # 4. The result, on the host; the drill-down shows the failed run and the fully fixed run
-    #    of each analysed failure (both from step 1).
+    #    of each analysed failure.
     arrays = dict(
         failure_ids=analysed,
         shapley=values,
@@ -224,7 +225,7 @@ def blame_batch(
         resolve_rate=cat["resolve"].mean(0),
         last_step_rate=last_rate,
         factual_choice=choices[analysed],
-        fixed_choice=fixed_choices[analysed],
+        fixed_choice=np.asarray(fixed_choices)[: analysed.size],
         factual_score=scores[analysed],
     )
     return BatchResult(
@@ -323,33 +324,47 @@ def _mc_function(pipeline, structure, players, variants, mode, num_permutations)
 _FRONT_CACHE: dict = {}
 
 
-def _front_function(pipeline, structure, players, variants, mode):
-    """Compiled: every case's recorded world, and its factual and fully fixed runs.
-
-    `(cases, key) -> (World [C, 1], score [C], choice [C, sites], fixed choice [C, sites])`:
-    the factual run (world 0 of `fold_in(key, case)`, as `recorded_worlds`) decides which
-    cases failed; the fully fixed run is the drill-down's other side."""
-    cache_key = (pipeline, structure, players, variants, mode)
+def _front_function(pipeline, structure, mode):
+    """Compiled: every case's recorded world and its factual run,
+    `(cases, key) -> (World [C, 1], score [C], choice [C, sites])` (world 0 of
+    `fold_in(key, case)`, as `recorded_worlds`): it decides which cases failed."""
+    cache_key = (pipeline, structure, mode)
     if cache_key not in _FRONT_CACHE:
-        full = np.ones(len(players), bool)
-
-        def one(case, world):
-            def run(on):  # False: the factual run; True: every player's fix on
-                plan = mask_plan(structure, players, variants, full & on)
-                return trace_run(pipeline, structure, case, world, plan, mode)
-
-            runs = jax.vmap(run)(jnp.asarray([False, True]))
-            return runs["score"][0], runs["choice"][0], runs["choice"][1]
 
         def front(cases, key):
             num_cases = jax.tree_util.tree_leaves(cases)[0].shape[0]
             ids = jnp.arange(num_cases, dtype=jnp.uint32)
             worlds = World(key=world_key(key, ids[:, None], 0))
-            score, choice, fixed = jax.vmap(one)(cases, jax.tree_util.tree_map(lambda x: x[:, 0], worlds))
-            return worlds, score, choice, fixed
+            run = jax.vmap(lambda case, world: trace_run(pipeline, structure, case, world, mode=mode))
+            out = run(cases, jax.tree_util.tree_map(lambda x: x[:, 0], worlds))
+            return worlds, out["score"], out["choice"]
 
         _FRONT_CACHE[cache_key] = jax.jit(front)
     return _FRONT_CACHE[cache_key]
+
+
+_SELECT_CACHE: dict = {}
+
+
+def _select_function(pipeline, structure, players, variants, mode):
+    """Compiled: the rows `rows` of the cases and of their recorded worlds, and the choices of
+    each selected case's fully fixed run under its recorded noise (the drill-down's other
+    side), `(cases, worlds, rows) -> (cases [A], World [A, 1], choice [A, sites])`."""
+    cache_key = (pipeline, structure, players, variants, mode)
+    if cache_key not in _SELECT_CACHE:
+        full = np.ones(len(players), bool)
+
+        def select(cases, worlds, rows):
+            cases, worlds = jax.tree_util.tree_map(lambda x: x[rows], (cases, worlds))
+
+            def fixed(case, world):
+                plan = mask_plan(structure, players, variants, full)
+                return trace_run(pipeline, structure, case, world, plan, mode)["choice"]
+
+            return cases, worlds, jax.vmap(fixed)(cases, jax.tree_util.tree_map(lambda x: x[:, 0], worlds))
+
+        _SELECT_CACHE[cache_key] = jax.jit(select)
+    return _SELECT_CACHE[cache_key]
 
 
 @functools.partial(jax.jit, static_argnums=(1,))

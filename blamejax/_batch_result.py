@@ -33,7 +33,9 @@ class BatchResult(eqx.Module):
       stream of failures; `separated`: whether the chosen rule separated the top step.
     - `factual_choice`, `fixed_choice`: `Int[np.ndarray, "A sites"]`, every draw's option in the
       failed run and in the fully fixed run (world 0), for the drill-down.
-    - `evaluations`: coalition evaluations made (one per case run, plus the analysis).
+    - `evaluations`: pipeline runs made: one per case (run as it happened), one per failure to
+      analyse (its fully fixed run, for the drill-down), plus the analysis's coalition
+      evaluations.
     """
 
     steps: tuple[str, ...] = eqx.field(static=True)

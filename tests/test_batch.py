@@ -56,8 +56,15 @@ def test_batch_equals_per_failure_loop():
     np.testing.assert_allclose(result.share_of_repair, shapley.sum(0) / total.sum(), atol=1e-6)
     np.testing.assert_allclose(result.resolve_rate, resolve.mean(0), atol=1e-6)
     assert abs(float(result.share_of_repair.sum()) - 1.0) < 1e-5
-    # every case once, then every coalition of every failure and world (fix-alone is among them)
-    assert result.evaluations == 24 + len(ids) * 2 * 2**3
+    # The drill-down: each analysed failure's failed run and fully fixed run, under its own noise.
+    recorded = bj.recorded_worlds(3, 24)
+    fixed = bj.replay(chain_pipeline, cases, recorded, plan=bj.mask_plan(structure, range(3), [1] * 3, np.ones(3, bool)))
+    np.testing.assert_array_equal(result.factual_choice, np.asarray(run["choice"][:, 0])[ids])
+    np.testing.assert_array_equal(result.fixed_choice, np.asarray(fixed["choice"][:, 0])[ids])
+    assert np.any(result.fixed_choice != result.factual_choice)  # the check is not vacuous
+    # every case once, every failure's fully fixed run (the drill-down), then every coalition
+    # of every failure and world (fix-alone is among them)
+    assert result.evaluations == 24 + len(ids) + len(ids) * 2 * 2**3
 
 
 def test_batch_monte_carlo_equals_per_failure_loop():
@@ -82,8 +89,9 @@ def test_batch_monte_carlo_equals_per_failure_loop():
         hits = [[float(table[1 << j]) >= 1.0 for j in range(3)] for table in v]
         np.testing.assert_allclose(result.resolve[i], np.mean(hits, axis=0), atol=1e-6)
         np.testing.assert_allclose(result.total[i], np.mean([t[-1] - t[0] for t in v]), atol=1e-6)
-    # every case once, then per failure and world: the two ends, n - 1 per order, n fixes alone
-    assert result.evaluations == 24 + len(ids) * 2 * (2 + num_orders * 2 + 3)
+    # every case once, every failure's fully fixed run, then per failure and world: the two
+    # ends, n - 1 per order, the n fixes alone
+    assert result.evaluations == 24 + len(ids) + len(ids) * 2 * (2 + num_orders * 2 + 3)
 
 
 def test_visiting_order_is_seeded():
