@@ -5,7 +5,7 @@ inputs and noise, run every case once, analyse the failures (every coalition of 
 and world, exact Shapley), and compute the batch statistics (mean Shapley, share of repair,
 fix-alone resolve rate). The script checks that the per-failure Shapley values agree and
 prints the end-to-end ratio, and for blamejax where the time goes: compilation (first call
-minus steady state), the factual and fully fixed runs, the worlds, the analysis (and inside it
+minus steady state), the factual runs, the failures' fully fixed runs, the worlds, the analysis (and inside it
 the coalition tables and the reduction), the rest (statistics, the result, the host's share)
 and writing the reports.
 
@@ -140,8 +140,11 @@ def main(argv=None) -> int:
         worlds = make_worlds()
         structure = bj.discover(demos.rag_pipeline, jax.tree_util.tree_map(lambda x: x[0], sub))
         players, fixes = bj.resolve_players(structure, None, None)
-        front = _batch._front_function(demos.rag_pipeline, structure, players, fixes, bj.Hard())
+        front = _batch._front_function(demos.rag_pipeline, structure, bj.Hard())
+        select = _batch._select_function(demos.rag_pipeline, structure, players, fixes, bj.Hard())
         all_cases = jax.tree_util.tree_map(jnp.asarray, cases)
+        recorded = bj.recorded_worlds(key, args.cases)
+        failure_rows = jnp.asarray(ids, jnp.int32)
 
         def coalition_tables(case, ws):
             one = lambda w: bj.coalition_values(demos.rag_pipeline, structure, case, w, players, fixes)  # noqa: E731
@@ -152,6 +155,7 @@ def main(argv=None) -> int:
         values = tables_fn(sub, worlds)
         pieces = dict(
             front=timed(lambda: front(all_cases, typed_key), args.repeats),
+            select=timed(lambda: select(all_cases, recorded, failure_rows), args.repeats),
             worlds=timed(lambda: make_worlds().key, args.repeats),
             evaluation=timed(lambda: tables_fn(sub, worlds), args.repeats),
             reduction=timed(lambda: reduce_fn(values), args.repeats),
@@ -183,14 +187,14 @@ def main(argv=None) -> int:
         "",
         "Where a steady call goes (ms; each piece timed on its own, median of the repeats after a warm-up):",
         "",
-        "| noise | factual + fixed runs | worlds | analysis (exact_blame) | of which: coalition tables | reduction | statistics, result, host (the rest) |",
-        "|---|---|---|---|---|---|---|",
+        "| noise | factual runs | failures + their fixed runs | worlds | analysis (exact_blame) | of which: coalition tables | reduction | statistics, result, host (the rest) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         p = {name: 1e3 * value for name, value in r[9].items()}
-        rest = 1e3 * r[2] - p["front"] - p["worlds"] - p["analysis"]
+        rest = 1e3 * r[2] - p["front"] - p["select"] - p["worlds"] - p["analysis"]
         lines.append(
-            f"| {r[0]} | {p['front']:.2f} | {p['worlds']:.2f} | {p['analysis']:.2f} | {p['evaluation']:.2f} | "
+            f"| {r[0]} | {p['front']:.2f} | {p['select']:.2f} | {p['worlds']:.2f} | {p['analysis']:.2f} | {p['evaluation']:.2f} | "
             f"{p['reduction']:.2f} | {rest:.2f} |"
         )
     notes = [
@@ -198,10 +202,11 @@ def main(argv=None) -> int:
         f"steady = median of {args.repeats} calls after {WARMUP_S} s of untimed calls; compile = first call "
         "minus steady. ratio = reference (factual runs + batch) / blamejax steady end-to-end "
         "blame_batch; target >= 150x.",
-        "Pieces: the compiled factual and fully fixed runs of all cases; the worlds of the failures "
+        "Pieces: the compiled factual runs of all cases; the selection of the failures with their "
+        "fully fixed runs (the drill-down); the worlds of the failures "
         "(abduction for inferred noise); exact_blame on the failures (coalition tables with the "
         "last-step baseline, reduction, checks), and, inside it, the coalition tables alone and the "
-        "reduction alone (compiled on their own); the rest is the steady time minus the first three: "
+        "reduction alone (compiled on their own); the rest is the steady time minus the first four: "
         "the visiting order, the statistics across failures, building the result and the host's "
         "share of dispatching it all. A piece timed alone, called again and again, runs faster than "
         "inside a call (its data and code are warm in the caches), so the rest also holds that "
