@@ -212,6 +212,16 @@ def main(argv=None) -> int:
         "inside a call (its data and code are warm in the caches), so the rest also holds that "
         "difference.",
     ]
+    # The floor under any call: one trivial compiled call on 200 numbers, read back to the host.
+    trivial = jax.jit(lambda x: x + 1.0)
+    numbers = jnp.zeros(args.cases)
+    floor_s = timed(lambda: np.asarray(trivial(numbers)), args.repeats)
+    target_s = min(r[5] for r in rows) / 150
+    notes.append(
+        f"For scale: one trivial compiled call (add 1 to {args.cases} numbers) with its result read back "
+        f"takes {1e3 * floor_s:.3f} ms here; 150x the quickest reference needs {1e3 * target_s:.3f} ms "
+        f"per blame_batch call, about {target_s / floor_s:.0f} such calls."
+    )
     text = "\n".join(lines + notes)
     print(text)
     out = Path(__file__).resolve().parent / "results"
