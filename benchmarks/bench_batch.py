@@ -5,9 +5,9 @@ inputs and noise, run every case once, analyse the failures (every coalition of 
 and world, exact Shapley), and compute the batch statistics (mean Shapley, share of repair,
 fix-alone resolve rate). The script checks that the per-failure Shapley values agree and
 prints the end-to-end ratio, and for blamejax where the time goes: compilation (first call
-minus steady state), the factual runs, the failures' fully fixed runs, the worlds, the analysis (and inside it
-the coalition tables and the reduction), the rest (statistics, the result, the host's share)
-and writing the reports.
+minus steady state), the factual runs, the failures' fully fixed runs, the worlds, the
+analysis (and inside it the coalition tables and the reduction), the rest (statistics, the
+result, the host's share) and writing the reports.
 
     python benchmarks/bench_batch.py [--cases 200] [--worlds 8] [--repeats 21]
 
