@@ -29,27 +29,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _reference as ref  # noqa: E402
+from _timing import WARMUP_S, timed  # noqa: E402
 
 import blamejax as bj  # noqa: E402
 from blamejax import _batch, demos  # noqa: E402
 
-WARMUP_S = 0.5  # untimed calls between the first (compiling) call and the timed ones
 STEPS = ("rewrite", "retrieve", "answer", "verify")
 PARENTS = {"rewrite": (), "retrieve": (0,), "answer": (1,), "verify": (2,)}
-
-
-def timed(function, repeats):
-    """Median wall time of `function()` (blocked until ready) after a warm-up, in s."""
-    jax.block_until_ready(function())
-    warm_until = time.perf_counter() + WARMUP_S
-    while time.perf_counter() < warm_until:
-        jax.block_until_ready(function())
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(function())
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
 
 
 def reference_batch(cases, worlds_all, case_ids, noise):
@@ -110,18 +96,11 @@ def main(argv=None) -> int:
     print(f"{args.cases} RAG cases, {failed.size} failures; W = {args.worlds} for inferred and fresh noise\n")
     for noise_mode in ("recorded", "inferred", "fresh"):
         # blamejax, end to end: first call (with compilation), then the steady state.
-        start = time.perf_counter()
-        result = bj.blame_batch(demos.rag_pipeline, cases, key, noise=noise_mode, num_worlds=args.worlds)
-        first = time.perf_counter() - start
-        warm_until = time.perf_counter() + WARMUP_S  # untimed: the first calls run slower
-        while time.perf_counter() < warm_until:
-            bj.blame_batch(demos.rag_pipeline, cases, key, noise=noise_mode, num_worlds=args.worlds)
-        steady = []
-        for _ in range(args.repeats):
-            start = time.perf_counter()
-            result = bj.blame_batch(demos.rag_pipeline, cases, key, noise=noise_mode, num_worlds=args.worlds)
-            steady.append(time.perf_counter() - start)
-        steady_s = float(np.median(steady))
+        def batch(noise_mode=noise_mode):
+            return bj.blame_batch(demos.rag_pipeline, cases, key, noise=noise_mode, num_worlds=args.worlds)
+
+        first, steady_s = timed(batch, calls=args.repeats)
+        result = batch()
         # Where the time goes, piece by piece, each timed on its own (median after a warm-up).
         ids = np.asarray(result.failure_ids)
         order = np.argsort(ids)
@@ -154,12 +133,12 @@ def main(argv=None) -> int:
         reduce_fn = jax.jit(jax.vmap(lambda v: bj.attribute(v, interactions=False).shapley))
         values = tables_fn(sub, worlds)
         pieces = dict(
-            front=timed(lambda: front(all_cases, typed_key), args.repeats),
-            select=timed(lambda: select(all_cases, recorded, failure_rows), args.repeats),
-            worlds=timed(lambda: make_worlds().key, args.repeats),
-            evaluation=timed(lambda: tables_fn(sub, worlds), args.repeats),
-            reduction=timed(lambda: reduce_fn(values), args.repeats),
-            analysis=timed(lambda: bj.exact_blame(demos.rag_pipeline, sub, worlds).shapley, args.repeats),
+            front=timed(lambda: front(all_cases, typed_key), calls=args.repeats)[1],
+            select=timed(lambda: select(all_cases, recorded, failure_rows), calls=args.repeats)[1],
+            worlds=timed(lambda: make_worlds().key, calls=args.repeats)[1],
+            evaluation=timed(lambda: tables_fn(sub, worlds), calls=args.repeats)[1],
+            reduction=timed(lambda: reduce_fn(values), calls=args.repeats)[1],
+            analysis=timed(lambda: bj.exact_blame(demos.rag_pipeline, sub, worlds).shapley, calls=args.repeats)[1],
         )
         start = time.perf_counter()
         with tempfile.TemporaryDirectory() as tmp:
@@ -215,7 +194,7 @@ def main(argv=None) -> int:
     # The floor under any call: one trivial compiled call on 200 numbers, read back to the host.
     trivial = jax.jit(lambda x: x + 1.0)
     numbers = jnp.zeros(args.cases)
-    floor_s = timed(lambda: np.asarray(trivial(numbers)), args.repeats)
+    floor_s = timed(lambda: np.asarray(trivial(numbers)), calls=args.repeats)[1]
     target_s = min(r[5] for r in rows) / 150
     notes.append(
         f"For scale: one trivial compiled call (add 1 to {args.cases} numbers) with its result read back "

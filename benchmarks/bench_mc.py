@@ -37,6 +37,9 @@ import numpy as np
 
 import blamejax as bj
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _timing import timed  # noqa: E402
+
 NEG = -np.inf
 NUM_TERMS = 8
 
@@ -286,19 +289,10 @@ def breakdown(n, num_failures, seed, repeats, orders=(32, 128, 512)):
         for num_orders in orders:
             budget = 2 + (n - 1) * num_orders
 
-            def call(key):
-                return bj.mc_shapley(pipeline, cases, worlds, key=key, max_evaluations=budget, stop=())
+            def call(pipeline=pipeline, budget=budget):
+                return bj.mc_shapley(pipeline, cases, worlds, key=1, max_evaluations=budget, stop=()).values
 
-            jax.block_until_ready(call(0).values)
-            warm_until = time.perf_counter() + 0.5  # untimed: the first calls run slower
-            while time.perf_counter() < warm_until:
-                jax.block_until_ready(call(0).values)
-            times = []
-            for r in range(repeats):
-                start = time.perf_counter()
-                jax.block_until_ready(call(r + 1).values)
-                times.append(time.perf_counter() - start)
-            out[label, num_orders] = 1e3 * float(np.median(times))
+            out[label, num_orders] = 1e3 * timed(call, calls=repeats)[1]
     lines = [
         f"### n = {n}, {num_failures} failures: ms per `mc_shapley` call (median of {repeats})",
         "",

@@ -32,6 +32,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import jax.random as jr  # noqa: E402
+from _timing import WARMUP_S, timed  # noqa: E402
 from bench_exact import build_tables, chain_pipeline  # noqa: E402
 
 import blamejax as bj  # noqa: E402
@@ -39,24 +40,6 @@ from blamejax import _exact, _noise, _shapley  # noqa: E402
 from blamejax._evaluate import coalition_values  # noqa: E402
 from blamejax._pipeline import world_noise  # noqa: E402
 from blamejax._structure import discover_batch  # noqa: E402
-
-WARMUP_S = 0.5
-
-
-def timed(function, *args, calls: int = 200) -> tuple[float, float]:
-    """(first call incl. compilation, median of `calls` later calls after a warm-up), in s."""
-    start = time.perf_counter()
-    jax.block_until_ready(function(*args))
-    first = time.perf_counter() - start
-    until = time.perf_counter() + WARMUP_S
-    while time.perf_counter() < until:
-        jax.block_until_ready(function(*args))
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        jax.block_until_ready(function(*args))
-        times.append(time.perf_counter() - start)
-    return first, statistics.median(times)
 
 
 def jax_random_sites(key, steps, slots, num_options):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._bounds import bernstein_radius, checkpoint_delta, normal_radius
+from ._bounds import checkpoint_delta, confidence_radius, top1_separated
 
 INTERVAL_RULES = ("bernstein", "normal")
 
@@ -34,18 +34,15 @@ def checkpoint_interval(values: np.ndarray, k: int, rule: str, delta: float, val
 def _interval(values: np.ndarray, rule: str, delta_k: float, value_range: float):
     t = values.shape[0]
     mean = values.mean(axis=0)
-    variance = values.var(axis=0, ddof=1) if t >= 2 else np.full(values.shape[1], np.inf)
-    if rule == "bernstein":
-        radius = bernstein_radius(t, variance, value_range, delta_k) if t >= 2 else np.full_like(mean, np.inf)
+    if t >= 2:
+        radius = confidence_radius(rule, t, values.var(axis=0, ddof=1), value_range, delta_k)
     else:
-        radius = normal_radius(t, variance, delta_k)
+        radius = np.full_like(mean, np.inf)
     return mean, mean - radius, mean + radius
 
 
 def _top_separated(mean, lower, upper) -> bool:
-    top = int(np.argmax(mean))
-    others = np.delete(np.arange(mean.shape[0]), top)
-    return bool(np.all(lower[top] > upper[others]))
+    return bool(top1_separated(mean, lower, upper))
 
 
 def top_separated_at(values: np.ndarray, marks, ks, rule: str, delta: float, value_range: float) -> np.ndarray:
@@ -69,13 +66,5 @@ def top_separated_at(values: np.ndarray, marks, ks, rule: str, delta: float, val
     t = np.where(ok[:, None], t, 2.0)  # t < 2 is masked out below; keep the radii finite
     variance = np.maximum(s2 - s1 * s1 / t, 0.0) / (t - 1.0)
     delta_k = checkpoint_delta(delta, n, np.asarray(ks, dtype=np.float64)[:, None])
-    if rule == "bernstein":
-        radius = bernstein_radius(t, variance, value_range, delta_k)
-    else:
-        radius = normal_radius(t, variance, delta_k)
-    lower, upper = mean - radius, mean + radius
-    top = np.argmax(mean, axis=1)
-    rows = np.arange(ts.size)
-    others = upper.copy()
-    others[rows, top] = -np.inf
-    return ok & (lower[rows, top] > others.max(axis=1))
+    radius = confidence_radius(rule, t, variance, value_range, delta_k)
+    return ok & top1_separated(mean, mean - radius, mean + radius)

@@ -148,6 +148,17 @@ def normal_radius(t, variance, delta):
     return z * xp.sqrt(variance / t)
 
 
+def confidence_radius(kind: str, t, variance, value_range, delta):
+    """The radius of rule `kind` (`"bernstein"`, `"hoeffding"` or `"normal"`) for t samples
+    of sample variance `variance` (broadcast together), range width `value_range` and level
+    `delta`: the one place the estimators pick their radius."""
+    if kind == "bernstein":
+        return bernstein_radius(t, variance, value_range, delta)
+    if kind == "hoeffding":
+        return hoeffding_radius(t, value_range, delta) * np.ones_like(variance)
+    return normal_radius(t, variance, delta)
+
+
 def checkpoints(t1: int, gamma: float, budget: int) -> tuple[int, ...]:
     """The sample counts at which intervals are formed and stopping is decided, fixed in
     advance: `t_k = ceil(t1 gamma^(k-1))` for k = 1, 2, ..., truncated below `budget`, with

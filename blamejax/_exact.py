@@ -183,8 +183,12 @@ def _chunk_function(pipeline, structure, players, fixes, mode, interactions, wor
 
     def per_failure(case, worlds, threshold):
         num_worlds = worlds.key.shape[0]
-        # hits: in how many worlds fixing each player alone reaches `threshold` (if given).
-        hit = (lambda v: jnp.zeros((len(players),))) if threshold is None else (lambda v: (v[..., bits] >= threshold).astype(v.dtype))
+
+        def hit(v):  # whether fixing each player alone reaches `threshold` (zeros without one)
+            if threshold is None:
+                return jnp.zeros(v.shape[:-1] + (len(players),), v.dtype)
+            return (v[..., bits] >= threshold).astype(v.dtype)
+
         if num_worlds == 1:  # no world axis: the gathers index two axes, not three
             world = jax.tree_util.tree_map(lambda x: x[0], worlds)
             total, lo, hi, last = cube(case, world)

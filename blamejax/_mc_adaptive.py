@@ -57,14 +57,6 @@ def _check_stop(stop, epsilon) -> tuple[str, ...]:
     return names
 
 
-def _radius(kind, t, variance, value_range, delta):
-    if kind == "bernstein":
-        return _bounds.bernstein_radius(t, variance, value_range, delta)
-    if kind == "hoeffding":
-        return _bounds.hoeffding_radius(t, value_range, delta) * np.ones_like(variance)
-    return _bounds.normal_radius(t, variance, delta)
-
-
 def _rules_hold(names, values, lower, upper, epsilon) -> np.ndarray:
     """`[F, len(names)]` booleans: which requested rules hold for each failure."""
     out = np.zeros((values.shape[0], len(names)), bool)
@@ -282,7 +274,7 @@ def mc_shapley(
         count[active] = t_k
         evaluations[active] += steps_now * unit_cost
         variance = m2[active] / (t_k - 1)
-        half = _radius(radius, t_k, variance, value_range, _bounds.checkpoint_delta(delta, n, k))
+        half = _bounds.confidence_radius(radius, t_k, variance, value_range, _bounds.checkpoint_delta(delta, n, k))
         lower[active] = mean[active] - half
         upper[active] = mean[active] + half
         if history:
