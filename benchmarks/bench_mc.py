@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import blamejax as bj
+import blamejax._mc as bj_mc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _timing import timed  # noqa: E402
@@ -261,6 +262,7 @@ def coverage(n, num_games, seeds_per_game, seed, log):
 
 def breakdown(n, num_failures, seed, repeats, orders=(32, 128, 512)):
     """Where an `mc_shapley` call goes: the same call (fixed budget) with the game's pipeline,
+    with the game without the padding of each order's prefixes (`blamejax.scored_prefixes`),
     with a pipeline that makes the same n choices but scores their mean (no game), and with
     one whose score ignores the choices (the compiler drops them: what is left is sampling
     the orders, building the prefixes and summing the marginals). The fixed cost of a call is
@@ -279,20 +281,32 @@ def breakdown(n, num_failures, seed, repeats, orders=(32, 128, 512)):
             ctx.choose(f"p{i}", case["step"])
         return 0.5 * case["weights"].sum()
 
+    game = make_pipeline(n)
+    unpadded = f"the game, scoring only the {n - 1} interior prefixes of an order (no padding)"
     pipelines = {
-        "the game (as timed above)": make_pipeline(n),
+        "the game (as timed above)": game,
+        unpadded: lambda ctx, case: game(ctx, case),  # its own compiled function
         "the same choices, scored by their mean (no game)": choices_only,
         "a constant score (the choices are dropped)": constant,
     }
     out = {}
     for label, pipeline in pipelines.items():
-        for num_orders in orders:
-            budget = 2 + (n - 1) * num_orders
+        # `scored_prefixes` pads an order's n - 1 interior prefixes to a multiple of
+        # `_PREFIX_BLOCK`; a block of 1 turns the padding off (read when compiling).
+        block = bj_mc._PREFIX_BLOCK
+        bj_mc._PREFIX_BLOCK = 1 if label == unpadded else block
+        try:
+            for num_orders in orders:
+                budget = 2 + (n - 1) * num_orders
 
-            def call(pipeline=pipeline, budget=budget):
-                return bj.mc_shapley(pipeline, cases, worlds, key=1, max_evaluations=budget, stop=()).values
+                def call(pipeline=pipeline, budget=budget):
+                    return bj.mc_shapley(
+                        pipeline, cases, worlds, key=1, max_evaluations=budget, stop=()
+                    ).values
 
-            out[label, num_orders] = 1e3 * timed(call, calls=repeats)[1]
+                out[label, num_orders] = 1e3 * timed(call, calls=repeats)[1]
+        finally:
+            bj_mc._PREFIX_BLOCK = block
     lines = [
         f"### n = {n}, {num_failures} failures: ms per `mc_shapley` call (median of {repeats})",
         "",

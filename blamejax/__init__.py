@@ -49,6 +49,7 @@ from ._mc import MCEstimate as MCEstimate
 from ._mc import SamplingVariance as SamplingVariance
 from ._mc import mc_shapley_fixed as mc_shapley_fixed
 from ._mc import sampling_variance as sampling_variance
+from ._mc import scored_prefixes as scored_prefixes
 from ._mc_adaptive import mc_shapley as mc_shapley
 from ._mc_result import MCHistory as MCHistory
 from ._mc_result import MCResult as MCResult

@@ -4,7 +4,9 @@ vectorized over failures.
 **Budget.** Counted in coalition evaluations (one pipeline run of one coalition in one
 world): `2 W` for the empty and full coalitions, then `W (n - 1)` per order (`2 W (n - 1)`
 per antithetic pair), W the number of worlds. `MCResult.evaluations` is exactly that count.
-Each sample costs W times more than with one world; pass fewer worlds to sample faster.
+Each sample costs W times more than with one world; pass fewer worlds to sample faster. (The
+compiled calls pad each order's prefixes with copies of the full coalition, which runs faster;
+that padding, like idle lanes, counts in `MCResult.evaluations_computed` only.)
 
 **Host loop.** All failures advance together from checkpoint to checkpoint
 (`blamejax.checkpoints`). At each checkpoint one compiled call (per group of at most
@@ -25,6 +27,7 @@ import numpy as np
 
 from . import _bounds
 from ._exact import _check_score_range, _take, check_worlds, resolve_players
+from ._mc import scored_prefixes
 from ._mc_advance import _advance_function, _num_lanes, _num_slots
 from ._mc_result import RADII, MCHistory, MCResult
 from ._pipeline import Hard, World
@@ -121,7 +124,8 @@ def mc_shapley(
 
     Cost, in coalition evaluations per failure (what `max_evaluations` bounds and
     `MCResult.evaluations` reports): `2 W` for the empty and full coalitions, then
-    `W (n - 1)` per order, `2 W (n - 1)` per antithetic pair (W worlds, n steps).
+    `W (n - 1)` per order, `2 W (n - 1)` per antithetic pair (W worlds, n steps). The
+    work actually run, padding included, is `MCResult.evaluations_computed`.
 
     **Arguments:**
     - `pipeline`: `pipeline(ctx, case) -> score`, written for one failure, world and plan.
@@ -187,6 +191,7 @@ def mc_shapley(
     if lanes is not None and (not isinstance(lanes, int) or isinstance(lanes, bool) or lanes < 1):
         raise ValueError(f"`lanes` must be None or a positive int, got {lanes!r}")
     unit_cost = num_worlds * (n - 1) * (2 if antithetic else 1)
+    unit_computed = num_worlds * scored_prefixes(n) * (2 if antithetic else 1)
     fixed_cost = 2 * num_worlds
     if not isinstance(max_evaluations, (int, np.integer)) or isinstance(max_evaluations, bool):
         raise TypeError(f"`max_evaluations` must be an int, got {max_evaluations!r}")
@@ -205,7 +210,7 @@ def mc_shapley(
 
     cases = jax.tree_util.tree_map(jnp.asarray, cases)  # on the device once, sliced there
     num_slots = _num_slots(num_failures, chunk_size)
-    num_lanes = _num_lanes(num_slots, unit_cost, lanes)
+    num_lanes = _num_lanes(num_slots, unit_computed, lanes)
     advance = _advance_function(pipeline, structure, players, variants, mode, antithetic, num_lanes)
 
     def packed(active):
@@ -261,7 +266,7 @@ def mc_shapley(
             s2 = np.asarray(s2, np.float64)[:size]
             lows.append(float(lo))
             highs.append(float(hi))
-            computed += int(iterations) * num_lanes * unit_cost
+            computed += int(iterations) * num_lanes * unit_computed
             # Merge this call's sums into the running mean and sum of squared deviations
             # (Chan et al.'s parallel update, in float64 on the host).
             chunk_mean = s1 / steps_now

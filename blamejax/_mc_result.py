@@ -46,7 +46,8 @@ class MCResult(eqx.Module):
     - `history`: an `MCHistory`, or `None` unless requested.
     - static settings: `antithetic`, `radius`, `delta`, `epsilon`, `stop`, `score_range`,
       `rule_names`, `evaluations_computed` (every evaluation the compiled calls ran,
-      including idle lanes and padding slots, which no failure is charged for).
+      including idle lanes, padding slots and the padding of each order's prefixes
+      (`blamejax.scored_prefixes`), which no failure is charged for).
     """
 
     steps: tuple[str, ...] = eqx.field(static=True)

@@ -346,8 +346,10 @@ def test_coverage_of_anytime_intervals():
 @pytest.mark.parametrize("antithetic", [False, True])
 def test_budget_accounting_is_exact(antithetic):
     """A counter inside the pipeline (a `jax.debug.callback` per evaluation) sees exactly the
-    evaluations reported: per failure when every slot and lane is used (32 failures, 32
-    lanes, a fixed budget of 16 samples), and `evaluations_computed` in total otherwise."""
+    evaluations reported: when every slot and lane is used (32 failures, 32 lanes, a fixed
+    budget of 16 samples), the budget charged to each failure plus the padding of each
+    order's 3 interior prefixes to `scored_prefixes(4)` = 8; and `evaluations_computed` in
+    total otherwise."""
     counter = []
     pipeline = make_game_pipeline(4, counter)
     rng = np.random.default_rng(5)
@@ -366,7 +368,10 @@ def test_budget_accounting_is_exact(antithetic):
     jax.effects_barrier()
     np.testing.assert_array_equal(result.evaluations, 2 + 3 * pair * 16)
     np.testing.assert_array_equal(result.num_permutations, 16 * pair)
-    assert sum(counter) == int(np.asarray(result.evaluations).sum()) == result.evaluations_computed
+    assert bj.scored_prefixes(4) == 8
+    padding = 32 * 16 * pair * (8 - 3)
+    assert sum(counter) == result.evaluations_computed
+    assert sum(counter) == int(np.asarray(result.evaluations).sum()) + padding
 
     counter.clear()
     tables = np.stack(
@@ -419,9 +424,13 @@ def test_stopped_failure_spends_nothing_more():
     np.testing.assert_array_equal(result.num_samples, [t_stop, budget])
     np.testing.assert_array_equal(result.evaluations, [2 + 3 * t_stop, 2 + 3 * budget])
     np.testing.assert_array_equal(result.checkpoint, [k_stop, len(schedule)])
-    idle = result.evaluations_computed - int(np.asarray(result.evaluations).sum()) - 30 * 2
-    assert 0 <= idle <= len(schedule) * lanes * 3  # (30 padding slots score their ends)
-    assert result.evaluations_computed < 0.6 * 2 * (2 + 3 * budget)  # not both to the end
+    # Every slot (32) scores its ends once; every sample run, charged or idle, scores
+    # `scored_prefixes(4)` = 8 prefixes (3 interior ones and their padding).
+    samples_run, rest = divmod(result.evaluations_computed - 32 * 2, bj.scored_prefixes(4))
+    assert rest == 0
+    idle = samples_run - int(np.asarray(result.num_samples).sum())
+    assert 0 <= idle <= len(schedule) * lanes
+    assert samples_run < 0.6 * 2 * budget  # not both to the end
 
 
 def test_no_recompile_across_checkpoints():
