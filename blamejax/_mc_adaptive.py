@@ -198,11 +198,15 @@ def mc_shapley(
     if not isinstance(t1, (int, np.integer)) or isinstance(t1, bool) or t1 < 2:
         raise ValueError(f"`t1` must be an int >= 2 (the first checkpoint), got {t1!r}")
     budget = (int(max_evaluations) - fixed_cost) // unit_cost
-    if budget < t1:
-        need = fixed_cost + t1 * unit_cost
+    if budget < (t1 if names else 2):
+        # With a fixed budget (`stop=()`) the only checkpoint is the budget: 2 samples
+        # (for a sample variance) are enough.
+        first = f"t1 = {t1}" if names else "2 (a fixed budget needs a sample variance)"
+        count = t1 if names else 2
+        need = fixed_cost + count * unit_cost
         raise ValueError(
             f"`max_evaluations` = {max_evaluations} does not reach the first checkpoint: "
-            f"t1 = {t1} samples cost {need} evaluations here (2 W + t1 W (n - 1)"
+            f"{first} samples cost {need} evaluations here (2 W + t W (n - 1)"
             f"{' x 2' if antithetic else ''}, n = {n}, W = {num_worlds})"
         )
     schedule = _bounds.checkpoints(t1, gamma, budget) if names else (budget,)
@@ -300,14 +304,15 @@ def mc_shapley(
             break
 
     variance = m2 / np.maximum(count - 1, 1)[:, None]
-    f32 = lambda x: np.asarray(x, np.float32)  # noqa: E731
-    arrays = dict(  # to the device in one transfer
-        values=f32(mean),
-        lower=f32(lower),
-        upper=f32(upper),
-        variance=f32(variance),
-        empty=f32(empty),
-        full=f32(full),
+    # Host NumPy arrays, as computed (float64): a transfer back to the device would cost a
+    # call more than some whole runs (about half a millisecond), and nothing is rounded.
+    arrays = dict(
+        values=mean,
+        lower=lower,
+        upper=upper,
+        variance=variance,
+        empty=empty,
+        full=full,
         num_samples=count.astype(np.int32),
         evaluations=evaluations.astype(np.int32),
         converged=converged,
@@ -315,10 +320,7 @@ def mc_shapley(
         checkpoint=stopped_at,
     )
     if history:
-        arrays["history"] = MCHistory(
-            t=np.asarray(schedule, np.int32), **{name: f32(value) for name, value in hist.items()}
-        )
-    arrays = jax.device_put(arrays)
+        arrays["history"] = MCHistory(t=np.asarray(schedule, np.int32), **hist)
     return MCResult(
         steps=tuple(structure.steps[p] for p in players),
         history=arrays.pop("history", None),

@@ -28,7 +28,8 @@ class MCHistory(eqx.Module):
 
 
 class MCResult(eqx.Module):
-    """Monte Carlo Shapley values of F failures over the n steps in `steps`.
+    """Monte Carlo Shapley values of F failures over the n steps in `steps`. Its arrays
+    are host NumPy arrays (the statistics in float64).
 
     - `steps`: the step names (static), the order of every `n` axis.
     - `values`: `Float[Array, "F n"]`, the estimates (they add up to `full - empty`).

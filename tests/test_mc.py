@@ -634,6 +634,10 @@ def test_errors_name_the_argument():
         ValueError, match="does not reach the first checkpoint: t1 = 16 samples cost 50"
     ):
         bj.mc_shapley(GAME4, cases, worlds, max_evaluations=40, **kw)
+    # A fixed budget has one checkpoint, the budget: two samples (2 + 2 x 3 = 8) suffice.
+    assert bj.mc_shapley(GAME4, cases, worlds, max_evaluations=8, stop=(), **kw).num_samples[0] == 2
+    with pytest.raises(ValueError, match=r"2 \(a fixed budget needs a sample variance\) samples cost 8"):
+        bj.mc_shapley(GAME4, cases, worlds, max_evaluations=7, stop=(), **kw)
     with pytest.raises(ValueError, match="unknown rule 'top2'"):
         bj.mc_shapley(GAME4, cases, worlds, max_evaluations=1000, stop="top2", **kw)
     with pytest.raises(ValueError, match="'width' rule needs `epsilon` > 0"):
