@@ -41,6 +41,7 @@ from ._intervals import _check_delta, newcombe_interval, point_of_commitment, wi
 from ._intervention_plans import DOWNSTREAM, full_plan, step_index, step_of_site
 from ._pipeline import Hard, Plan, StepPlan
 from ._structure import Structure, check_finite_logits, discover_batch
+from ._text import number, step_rows
 from ._worlds import _leading_size
 
 BASELINES = ("factual", "rollouts")
@@ -107,7 +108,6 @@ class ContrastiveResult(eqx.Module):
         """A plain-text table of the effects of one run, with the point of commitment."""
         self._check_failure(failure)
         n = len(self.steps)
-        width = max(8, *(len(s) for s in self.steps))
         factual = self.baseline_kind == "factual"
         if factual:
             base = f"1[factual run bad] = {float(self.baseline[failure, 0]):.0f} (fixed; Wilson intervals)"
@@ -118,18 +118,17 @@ class ContrastiveResult(eqx.Module):
             f"{self.num_runs} runs per step",
             f"baseline: {base}; intervals at level 1 - {self.delta:g}/{n}",
         ]
-        base_head = "" if factual else f"  {'baseline':>8}"
-        head = f"{'step':<{width}}{base_head}  {'P̂(bad|do)':>10}  {'effect':>8}  {'interval':>19}"
-        lines += [head, "-" * len(head)]
         significant = np.asarray(self.significant[failure])
-        for i, step in enumerate(self.steps):
-            mark = "  *" if significant[i] else ""
-            base_col = "" if factual else f"  {float(self.baseline[failure, i]):>8.{digits}f}"
-            lines.append(
-                f"{step:<{width}}{base_col}  {float(self.p_bad[failure, i]):>10.{digits}f}  "
-                f"{float(self.effect[failure, i]):>+8.{digits}f}  "
-                f"[{float(self.low[failure, i]):>+7.{digits}f}, {float(self.high[failure, i]):>+7.{digits}f}]{mark}"
-            )
+        low, high = number(self.low[failure], digits, sign=True), number(self.high[failure], digits, sign=True)
+        side = digits + 4  # the width of a signed number with `digits` decimals, as "+0.123"
+        columns = [] if factual else [("baseline", 8, number(self.baseline[failure], digits))]
+        columns += [
+            ("P̂(bad|do)", 10, number(self.p_bad[failure], digits)),
+            ("effect", 8, number(self.effect[failure], digits, sign=True)),
+            ("interval", 2 * side + 4, lambda i: f"[{low(i):>{side}}, {high(i):>{side}}]"),
+            ("", 1, lambda i: "*" if significant[i] else ""),
+        ]
+        lines += step_rows(self.steps, columns)
         step = self.commitment_step(failure)
         if step is None:
             lines.append("point of commitment: none (no step's interval excludes zero)")

@@ -21,6 +21,7 @@ from ._evaluate import coalition_values, last_step_blame
 from ._pipeline import Hard, World, world_noise
 from ._shapley import attribute
 from ._structure import Structure, check_finite_logits, discover_batch
+from ._text import number, step_rows
 from ._worlds import _leading_size
 
 DEFAULT_MAX_STEPS = 20
@@ -69,18 +70,18 @@ class ExactResult(eqx.Module):
         """A plain-text table of every rule side by side for one failure."""
         if not 0 <= failure < self.num_failures:
             raise ValueError(f"`failure` must be in [0, {self.num_failures}), got {failure}")
-        width = max(8, *(len(s) for s in self.steps))
-        head = f"{'step':<{width}}  {'shapley':>9}  {'banzhaf':>9}  {'fix-alone':>9}  {'leave-1-out':>11}  last-step"
-        lines = [head, "-" * len(head)]
         last = np.asarray(self.last_step[failure])
-        for i, step in enumerate(self.steps):
-            share = float(np.mean(last == i))
-            lines.append(
-                f"{step:<{width}}  {float(self.shapley[failure, i]):>9.{digits}f}  "
-                f"{float(self.banzhaf[failure, i]):>9.{digits}f}  "
-                f"{float(self.fix_alone[failure, i]):>9.{digits}f}  "
-                f"{float(self.leave_one_out[failure, i]):>11.{digits}f}  {share:>9.2f}"
-            )
+        share = [np.mean(last == i) for i in range(len(self.steps))]  # over worlds
+        lines = step_rows(
+            self.steps,
+            [
+                ("shapley", 9, number(self.shapley[failure], digits)),
+                ("banzhaf", 9, number(self.banzhaf[failure], digits)),
+                ("fix-alone", 9, number(self.fix_alone[failure], digits)),
+                ("leave-1-out", 11, number(self.leave_one_out[failure], digits)),
+                ("last-step", 9, number(share, 2)),
+            ],
+        )
         lines.append(
             f"v(empty) = {float(self.empty[failure]):.{digits}f}, v(all) = "
             f"{float(self.full[failure]):.{digits}f}, total repair = {float(self.total[failure]):.{digits}f}"

@@ -7,6 +7,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _bounds
+from ._text import number, step_rows
 
 RADII = ("bernstein", "hoeffding", "normal")
 RULE_NAMES = ("budget",) + _bounds.RULES
@@ -96,14 +97,14 @@ class MCResult(eqx.Module):
         """A plain-text table of one failure's estimates and intervals."""
         if not 0 <= failure < self.num_failures:
             raise ValueError(f"`failure` must be in [0, {self.num_failures}), got {failure}")
-        width = max(8, *(len(s) for s in self.steps))
-        head = f"{'step':<{width}}  {'estimate':>9}  {'lower':>9}  {'upper':>9}"
-        lines = [head, "-" * len(head)]
-        for i, step in enumerate(self.steps):
-            lines.append(
-                f"{step:<{width}}  {float(self.values[failure, i]):>9.{digits}f}  "
-                f"{float(self.lower[failure, i]):>9.{digits}f}  {float(self.upper[failure, i]):>9.{digits}f}"
-            )
+        lines = step_rows(
+            self.steps,
+            [
+                ("estimate", 9, number(self.values[failure], digits)),
+                ("lower", 9, number(self.lower[failure], digits)),
+                ("upper", 9, number(self.upper[failure], digits)),
+            ],
+        )
         unit = "antithetic pairs" if self.antithetic else "orders"
         level = (
             "asymptotic, no finite-sample guarantee"

@@ -20,6 +20,7 @@ from ._contrastive import _positive_int, _rollout_inputs, _threshold
 from ._evaluate import plan_values
 from ._pipeline import Hard, Plan, StepPlan
 from ._shapley import attribute
+from ._text import number, step_rows
 
 _CACHE: dict = {}
 
@@ -64,14 +65,14 @@ class ResampleShapley(eqx.Module):
         num = int(self.values.shape[0])
         if not isinstance(failure, int) or not 0 <= failure < num:
             raise ValueError(f"`failure` must be an int in [0, {num}), got {failure!r}")
-        width = max(8, *(len(s) for s in self.steps))
-        head = f"{'step':<{width}}  {'shapley':>8}  {'± s.e.':>7}  {'re-draw alone':>13}"
-        lines = [head, "-" * len(head)]
-        for i, step in enumerate(self.steps):
-            lines.append(
-                f"{step:<{width}}  {float(self.shapley[failure, i]):>8.{digits}f}  "
-                f"{float(self.stderr[failure, i]):>7.{digits}f}  {float(self.fix_alone[failure, i]):>13.{digits}f}"
-            )
+        lines = step_rows(
+            self.steps,
+            [
+                ("shapley", 8, number(self.shapley[failure], digits)),
+                ("± s.e.", 7, number(self.stderr[failure], digits)),
+                ("re-draw alone", 13, number(self.fix_alone[failure], digits)),
+            ],
+        )
         lines.append(
             f"v(∅) = {float(self.empty[failure]):.{digits}f}, v(all) = {float(self.full[failure]):.{digits}f}, "
             f"sum of Shapley = {float(self.total[failure]):.{digits}f} ({self.num_runs} runs per coalition)"
