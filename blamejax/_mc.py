@@ -105,12 +105,16 @@ _PREFIX_BLOCK = 8
 def scored_prefixes(n: int) -> int:
     """How many prefixes of each order are scored: the n - 1 interior ones (the empty and
     full coalition are scored once per failure), padded with copies of the full coalition
-    to a multiple of 8. The padding's scores are not used; with the number of coalitions a
-    multiple of the CPU's vector width the compiled pipeline vectorises over them, and an
-    order then takes less time although it scores more (at n = 32, about a quarter less;
-    `python benchmarks/bench_mc.py --breakdown` prints both). The padding counts in
-    `MCResult.evaluations_computed`, never in a failure's budget."""
-    return -(-(n - 1) // _PREFIX_BLOCK) * _PREFIX_BLOCK
+    to a multiple of 8 when that adds at most one for every 7 (n = 8, 15, 16, 22..24, ...).
+    The padding's scores are not used: with the number of coalitions a multiple of the
+    CPU's vector width the compiled pipeline vectorises over them, and an order then takes
+    less time although it scores more (at n = 32, about a quarter less; `python
+    benchmarks/bench_mc.py --breakdown` prints both); more padding costs more than it saves
+    on pipelines with real work per step. It counts in `MCResult.evaluations_computed`,
+    never in a failure's budget."""
+    interior = n - 1
+    padded = -(-interior // _PREFIX_BLOCK) * _PREFIX_BLOCK
+    return padded if 7 * (padded - interior) <= interior else interior
 
 
 def _samples(score, ranks, empty, full, antithetic: bool):
@@ -119,8 +123,8 @@ def _samples(score, ranks, empty, full, antithetic: bool):
     num, n = ranks.shape
     if antithetic:
         ranks = jnp.concatenate([ranks, (n - 1) - ranks], axis=0)
-    # The n - 1 interior prefixes, padded with copies of the full coalition to a multiple
-    # of `_PREFIX_BLOCK` (see `scored_prefixes`).
+    # The n - 1 interior prefixes, perhaps padded with copies of the full coalition (see
+    # `scored_prefixes`).
     num_scored = scored_prefixes(n)
     sizes = jnp.minimum(jnp.arange(1, num_scored + 1, dtype=jnp.int32), n)
     masks = ranks[:, None, :] < sizes[None, :, None]  # [U B, scored, n]

@@ -304,8 +304,8 @@ def mc_shapley(
             break
 
     variance = m2 / np.maximum(count - 1, 1)[:, None]
-    # Host NumPy arrays, as computed (float64): a transfer back to the device would cost a
-    # call more than some whole runs (about half a millisecond), and nothing is rounded.
+    # Host NumPy arrays, as computed (float64): nothing is rounded, and no transfer back to
+    # the device (which cost small runs a noticeable share of their time).
     arrays = dict(
         values=mean,
         lower=lower,

@@ -343,35 +343,48 @@ def test_coverage_of_anytime_intervals():
 # ------------------------------------------------------------------------------------
 
 
+def test_scored_prefixes():
+    """An order's n - 1 interior prefixes are padded to a multiple of 8 only when that adds
+    at most one prefix for every 7."""
+    for n in range(2, 200):
+        scored, interior = bj.scored_prefixes(n), n - 1
+        assert scored == interior or (scored % 8 == 0 and 0 < 7 * (scored - interior) <= interior)
+        assert scored - interior < 8
+    assert [bj.scored_prefixes(n) for n in (4, 8, 12, 16, 20, 32)] == [3, 8, 11, 16, 19, 32]
+
+
+@pytest.mark.parametrize("n", [4, 8])
 @pytest.mark.parametrize("antithetic", [False, True])
-def test_budget_accounting_is_exact(antithetic):
+def test_budget_accounting_is_exact(antithetic, n):
     """A counter inside the pipeline (a `jax.debug.callback` per evaluation) sees exactly the
     evaluations reported: when every slot and lane is used (32 failures, 32 lanes, a fixed
-    budget of 16 samples), the budget charged to each failure plus the padding of each
-    order's 3 interior prefixes to `scored_prefixes(4)` = 8; and `evaluations_computed` in
-    total otherwise."""
+    budget of 16 samples), the budget charged to each failure, plus at n = 8 the padding of
+    each order's 7 interior prefixes to `scored_prefixes(8)` = 8 (at n = 4 there is none);
+    and `evaluations_computed` in total otherwise."""
     counter = []
-    pipeline = make_game_pipeline(4, counter)
+    pipeline = make_game_pipeline(n, counter)
     rng = np.random.default_rng(5)
-    tables = rng.uniform(size=(32, 16)).astype(np.float32)
+    tables = rng.uniform(size=(32, 1 << n)).astype(np.float32)
     pair = 2 if antithetic else 1
     result = bj.mc_shapley(
         pipeline,
         game_cases(tables),
         bj.recorded_worlds(0, 32),
         key=5,
-        max_evaluations=2 + 3 * pair * 16,
+        max_evaluations=2 + (n - 1) * pair * 16,
         stop=(),
         lanes=32,
         antithetic=antithetic,
     )
     jax.effects_barrier()
-    np.testing.assert_array_equal(result.evaluations, 2 + 3 * pair * 16)
+    np.testing.assert_array_equal(result.evaluations, 2 + (n - 1) * pair * 16)
     np.testing.assert_array_equal(result.num_permutations, 16 * pair)
-    assert bj.scored_prefixes(4) == 8
-    padding = 32 * 16 * pair * (8 - 3)
+    assert bj.scored_prefixes(n) == {4: 3, 8: 8}[n]
+    padding = 32 * 16 * pair * (bj.scored_prefixes(n) - (n - 1))
     assert sum(counter) == result.evaluations_computed
     assert sum(counter) == int(np.asarray(result.evaluations).sum()) + padding
+    if n == 8:
+        return
 
     counter.clear()
     tables = np.stack(
@@ -424,13 +437,9 @@ def test_stopped_failure_spends_nothing_more():
     np.testing.assert_array_equal(result.num_samples, [t_stop, budget])
     np.testing.assert_array_equal(result.evaluations, [2 + 3 * t_stop, 2 + 3 * budget])
     np.testing.assert_array_equal(result.checkpoint, [k_stop, len(schedule)])
-    # Every slot (32) scores its ends once; every sample run, charged or idle, scores
-    # `scored_prefixes(4)` = 8 prefixes (3 interior ones and their padding).
-    samples_run, rest = divmod(result.evaluations_computed - 32 * 2, bj.scored_prefixes(4))
-    assert rest == 0
-    idle = samples_run - int(np.asarray(result.num_samples).sum())
-    assert 0 <= idle <= len(schedule) * lanes
-    assert samples_run < 0.6 * 2 * budget  # not both to the end
+    idle = result.evaluations_computed - int(np.asarray(result.evaluations).sum()) - 30 * 2
+    assert 0 <= idle <= len(schedule) * lanes * 3  # (30 padding slots score their ends)
+    assert result.evaluations_computed < 0.6 * 2 * (2 + 3 * budget)  # not both to the end
 
 
 def test_no_recompile_across_checkpoints():
