@@ -64,6 +64,16 @@ def reference_batch(cases, worlds_all, case_ids, noise):
     return time.perf_counter() - start, evaluation_s, shapley, stats
 
 
+def coalition_tables(structure, players, fixes):
+    """`(case, worlds) -> [2^n]`: one case's coalition values, the mean over its worlds."""
+
+    def tables(case, worlds):
+        one = lambda w: bj.coalition_values(demos.rag_pipeline, structure, case, w, players, fixes)  # noqa: E731
+        return jax.vmap(one)(worlds).mean(0)
+
+    return tables
+
+
 def reference_factual(cases, key, num_cases):
     """Every case once, as it happened, in Python (its noise computed up front, not timed)."""
     tables = [ref.TableStep(s, np.asarray(cases[s]), PARENTS[s]) for s in STEPS]
@@ -130,11 +140,7 @@ def main(argv=None) -> int:
         recorded = bj.recorded_worlds(key, args.cases)
         failure_rows = jnp.asarray(ids, jnp.int32)
 
-        def coalition_tables(case, ws):
-            one = lambda w: bj.coalition_values(demos.rag_pipeline, structure, case, w, players, fixes)  # noqa: E731
-            return jax.vmap(one)(ws).mean(0)
-
-        tables_fn = jax.jit(jax.vmap(coalition_tables))
+        tables_fn = jax.jit(jax.vmap(coalition_tables(structure, players, fixes)))
         reduce_fn = jax.jit(jax.vmap(lambda v: bj.attribute(v, interactions=False).shapley))
         values = tables_fn(sub, worlds)
         pieces = dict(
@@ -228,11 +234,7 @@ def main(argv=None) -> int:
         ids = jnp.arange(args.cases, dtype=jnp.uint32)
         worlds = bj.World(key=world_key(typed_key, ids[:, None], jnp.uint32(0)))  # [cases, 1]
 
-        def table(case, ws):
-            one = lambda w: bj.coalition_values(demos.rag_pipeline, structure, case, w, players, fixes)  # noqa: E731
-            return jax.vmap(one)(ws).mean(0)
-
-        tables = jax.vmap(table)(all_cases, worlds)  # [cases, 2^n]; coalition 0 is the run as it happened
+        tables = jax.vmap(coalition_tables(structure, players, fixes))(all_cases, worlds)  # [cases, 2^n]; coalition 0 is the run as it happened
         shapley = jax.vmap(lambda v: bj.attribute(v, interactions=False).shapley)(tables)
         failed = (tables[:, 0] < 1.0).astype(shapley.dtype)
         return (shapley * failed[:, None]).sum(0) / failed.sum()

@@ -190,23 +190,23 @@ def mc_shapley(
         raise ValueError(f"`chunk_size` must be a positive power of two, got {chunk_size!r}")
     if lanes is not None and (not isinstance(lanes, int) or isinstance(lanes, bool) or lanes < 1):
         raise ValueError(f"`lanes` must be None or a positive int, got {lanes!r}")
-    unit_cost = num_worlds * (n - 1) * (2 if antithetic else 1)
-    unit_computed = num_worlds * scored_prefixes(n) * (2 if antithetic else 1)
+    orders_per_sample = 2 if antithetic else 1
+    unit_cost = num_worlds * (n - 1) * orders_per_sample
+    unit_computed = num_worlds * scored_prefixes(n) * orders_per_sample
     fixed_cost = 2 * num_worlds
     if not isinstance(max_evaluations, (int, np.integer)) or isinstance(max_evaluations, bool):
         raise TypeError(f"`max_evaluations` must be an int, got {max_evaluations!r}")
     if not isinstance(t1, (int, np.integer)) or isinstance(t1, bool) or t1 < 2:
         raise ValueError(f"`t1` must be an int >= 2 (the first checkpoint), got {t1!r}")
     budget = (int(max_evaluations) - fixed_cost) // unit_cost
-    if budget < (t1 if names else 2):
-        # With a fixed budget (`stop=()`) the only checkpoint is the budget: 2 samples
-        # (for a sample variance) are enough.
-        first = f"t1 = {t1}" if names else "2 (a fixed budget needs a sample variance)"
-        count = t1 if names else 2
-        need = fixed_cost + count * unit_cost
+    # With a fixed budget (`stop=()`) the only checkpoint is the budget: 2 samples (for a
+    # sample variance) are enough.
+    first = t1 if names else 2
+    if budget < first:
+        label = f"t1 = {t1}" if names else "2 (a fixed budget needs a sample variance)"
         raise ValueError(
             f"`max_evaluations` = {max_evaluations} does not reach the first checkpoint: "
-            f"{first} samples cost {need} evaluations here (2 W + t W (n - 1)"
+            f"{label} samples cost {fixed_cost + first * unit_cost} evaluations here (2 W + t W (n - 1)"
             f"{' x 2' if antithetic else ''}, n = {n}, W = {num_worlds})"
         )
     schedule = _bounds.checkpoints(t1, gamma, budget) if names else (budget,)
