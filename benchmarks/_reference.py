@@ -52,7 +52,7 @@ def site_noise(worlds: bj.World, steps: Sequence[TableStep]) -> np.ndarray:
     for step in steps:
         # Run eagerly: every step then reuses the same small compiled kernels.
         one = jax.vmap(
-            jax.vmap(lambda key, name=step.name: bj.gumbel_at(key, name, 0, num_options))
+            jax.vmap(lambda key, name=step.name: bj.noise.gumbel_at(key, name, 0, num_options))
         )
         per_step.append(np.asarray(one(worlds.key)))
     return np.stack(per_step, axis=2)

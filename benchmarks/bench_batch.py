@@ -32,8 +32,10 @@ import _reference as ref  # noqa: E402
 from _timing import WARMUP_S, timed  # noqa: E402
 
 import blamejax as bj  # noqa: E402
-from blamejax import _batch, demos  # noqa: E402
-from blamejax._noise import world_key  # noqa: E402
+from blamejax import demos  # noqa: E402
+from blamejax.estimators import _batch  # noqa: E402
+from blamejax._checks import resolve_players  # noqa: E402
+from blamejax.noise import world_key  # noqa: E402
 
 STEPS = ("rewrite", "retrieve", "answer", "verify")
 PARENTS = {"rewrite": (), "retrieve": (0,), "answer": (1,), "verify": (2,)}
@@ -68,7 +70,7 @@ def coalition_tables(structure, players, fixes):
     """`(case, worlds) -> [2^n]`: one case's coalition values, the mean over its worlds."""
 
     def tables(case, worlds):
-        one = lambda w: bj.coalition_values(demos.rag_pipeline, structure, case, w, players, fixes)  # noqa: E731
+        one = lambda w: bj.coalitions.coalition_values(demos.rag_pipeline, structure, case, w, players, fixes)  # noqa: E731
         return jax.vmap(one)(worlds).mean(0)
 
     return tables
@@ -133,7 +135,7 @@ def main(argv=None) -> int:
 
         worlds = make_worlds()
         structure = bj.discover(demos.rag_pipeline, jax.tree_util.tree_map(lambda x: x[0], sub))
-        players, fixes = bj.resolve_players(structure, None, None)
+        players, fixes = resolve_players(structure, None, None)
         front = _batch._front_function(demos.rag_pipeline, structure, bj.Hard())
         select = _batch._select_function(demos.rag_pipeline, structure, players, fixes, bj.Hard())
         all_cases = jax.tree_util.tree_map(jnp.asarray, cases)
@@ -227,7 +229,7 @@ def main(argv=None) -> int:
     # the recorded worlds, the coalition tables of every case and the mean Shapley value of
     # the failures (no checks, drill-down, baselines, intervals or visiting order).
     structure = bj.discover(demos.rag_pipeline, jax.tree_util.tree_map(lambda x: x[0], cases))
-    players, fixes = bj.resolve_players(structure, None, None)
+    players, fixes = resolve_players(structure, None, None)
 
     @jax.jit
     def least_recorded_job(all_cases, typed_key):

@@ -222,7 +222,7 @@ def blamejax_table(pipeline, case, worlds_key) -> np.ndarray:
     fixes = (1,) * structure.num_steps
 
     def one(key):
-        return bj.coalition_values(pipeline, structure, case, bj.World(key=key), players, fixes)
+        return bj.coalitions.coalition_values(pipeline, structure, case, bj.World(key=key), players, fixes)
 
     return np.asarray(jax.jit(jax.vmap(one))(worlds_key))
 

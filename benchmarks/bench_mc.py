@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import blamejax as bj
-import blamejax._mc as bj_mc
+import blamejax.estimators._mc as bj_mc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _timing import timed  # noqa: E402
@@ -253,7 +253,7 @@ def coverage(n, num_games, seeds_per_game, seed, log):
         out[radius] = count(np.asarray(hist.lower), np.asarray(hist.upper))
         if radius == "normal":
             t = np.asarray(hist.t)[None, :, None]
-            half = bj.normal_radius(t, np.asarray(hist.variance, np.float64), 0.1)
+            half = bj.stats.normal_radius(t, np.asarray(hist.variance, np.float64), 0.1)
             out["normal, uncorrected"] = count(values - half, values + half)
         out[radius + " median orders"] = int(np.median(np.asarray(result.num_samples)))
         log(f"coverage {radius}: {out[radius]} of {num} runs missed")

@@ -36,17 +36,19 @@ from _timing import WARMUP_S, timed  # noqa: E402
 from bench_exact import build_tables, chain_pipeline  # noqa: E402
 
 import blamejax as bj  # noqa: E402
-from blamejax import _exact, _noise, _shapley  # noqa: E402
-from blamejax._evaluate import coalition_values  # noqa: E402
-from blamejax._pipeline import world_noise  # noqa: E402
-from blamejax._structure import discover_batch  # noqa: E402
+from blamejax.estimators import _exact  # noqa: E402
+from blamejax.noise import _gumbel as _noise  # noqa: E402
+from blamejax.reduction import _shapley  # noqa: E402
+from blamejax.coalitions import coalition_values  # noqa: E402
+from blamejax.pipeline import world_noise  # noqa: E402
+from blamejax.pipeline import discover_batch  # noqa: E402
 
 
 def jax_random_sites(key, steps, slots, num_options):
     """The noise of `gumbel_sites` drawn with jax.random itself (its rolled Threefry on CPU)."""
     rows = []
     for step, slot in zip(steps, slots):
-        site = jr.fold_in(jr.fold_in(jr.fold_in(key, _noise._GUMBEL_TAG), bj.stable_hash(step)), slot)
+        site = jr.fold_in(jr.fold_in(jr.fold_in(key, _noise._GUMBEL_TAG), bj.noise.stable_hash(step)), slot)
         rows.append(jax.vmap(lambda j, s=site: jr.gumbel(jr.fold_in(s, j)))(jnp.arange(num_options)))
     return jnp.stack(rows)
 

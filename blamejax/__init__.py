@@ -1,87 +1,58 @@
-"""blamejax: which step of a failed stochastic pipeline is to blame, by counterfactual replay."""
+"""blamejax: which step of a failed stochastic pipeline is to blame, by counterfactual replay.
 
+The package is arranged in the order the computation flows:
+
+1. `pipeline`: write a pipeline (`ctx.choose`), its plans and structure, single runs;
+2. `noise` and `worlds`: its luck — addressed Gumbel noise, and the recorded, fresh or
+   inferred worlds a failure is replayed in;
+3. `coalitions`: the score of every coalition of fixes (and of Monte Carlo prefixes);
+4. `reduction`: coalition scores to Shapley values and the simpler rules;
+5. `stats`: confidence radii, checkpoints, stopping rules and intervals;
+6. `estimators`: exact blame, Monte Carlo Shapley, batch blame over a test set;
+7. `report`: text, JSON, pandas and HTML reports;
+
+then the families built on them (`interventions`, `differentiable`, `mdp`) and the
+applications beside them (`scm`, `demos`, the command line `python -m blamejax`).
+The names below are the front door; everything else lives in those namespaces.
+"""
+
+from . import coalitions as coalitions
 from . import demos as demos
+from . import differentiable as differentiable
+from . import estimators as estimators
+from . import interventions as interventions
+from . import mdp as mdp
+from . import noise as noise
+from . import pipeline as pipeline
+from . import reduction as reduction
+from . import report as report
 from . import scm as scm
-from ._batch import NOISE_MODES as NOISE_MODES
-from ._batch import blame_batch as blame_batch
-from ._batch_interval import checkpoint_interval as checkpoint_interval
-from ._batch_result import BatchResult as BatchResult
-from ._bounds import bernstein_radius as bernstein_radius
-from ._bounds import checkpoint_delta as checkpoint_delta
-from ._bounds import checkpoints as checkpoints
-from ._bounds import hoeffding_radius as hoeffding_radius
-from ._bounds import normal_radius as normal_radius
-from ._bounds import ranking_separated as ranking_separated
-from ._bounds import top1_separated as top1_separated
-from ._bounds import widths_below as widths_below
-from ._contrastive import ContrastiveResult as ContrastiveResult
-from ._contrastive import contrastive as contrastive
-from ._counterfactual_mdp import CounterfactualRollouts as CounterfactualRollouts
-from ._counterfactual_mdp import counterfactual_rollouts as counterfactual_rollouts
-from ._differentiable import FitResult as FitResult
-from ._differentiable import batch_mean_shapley as batch_mean_shapley
-from ._differentiable import fit_fixes as fit_fixes
-from ._differentiable import shapley_values as shapley_values
-from ._differentiable import total_repair as total_repair
-from ._evaluate import coalition_values as coalition_values
-from ._evaluate import count_step_evaluations as count_step_evaluations
-from ._evaluate import mask_plan as mask_plan
-from ._evaluate import mask_values as mask_values
-from ._evaluate import plan_values as plan_values
-from ._evaluate import run_score as run_score
-from ._evaluate import trace_run as trace_run
-from ._exact import ExactResult as ExactResult
-from ._exact import exact_blame as exact_blame
-from ._exact import resolve_players as resolve_players
-from ._fidelity import ReplayFidelity as ReplayFidelity
-from ._fidelity import replay_fidelity as replay_fidelity
-from ._intervals import newcombe_interval as newcombe_interval
-from ._intervals import point_of_commitment as point_of_commitment
-from ._intervals import wilson_interval as wilson_interval
-from ._intervention_plans import full_plan as full_plan
-from ._intervention_plans import stack_plans as stack_plans
-from ._interventions import do_action as do_action
-from ._interventions import do_context as do_context
-from ._interventions import do_observation as do_observation
-from ._interventions import do_policy as do_policy
-from ._interventions import do_resample as do_resample
-from ._mc import MCEstimate as MCEstimate
-from ._mc import SamplingVariance as SamplingVariance
-from ._mc import mc_shapley_fixed as mc_shapley_fixed
-from ._mc import sampling_variance as sampling_variance
-from ._mc import scored_prefixes as scored_prefixes
-from ._mc_adaptive import mc_shapley as mc_shapley
-from ._mc_result import MCHistory as MCHistory
-from ._mc_result import MCResult as MCResult
-from ._mdp import MDPEpisode as MDPEpisode
-from ._mdp import mdp_pipeline as mdp_pipeline
-from ._mdp import mdp_policy_plan as mdp_policy_plan
-from ._noise import abduct_gumbels as abduct_gumbels
-from ._noise import gumbel_at as gumbel_at
-from ._noise import gumbel_max as gumbel_max
-from ._noise import stable_hash as stable_hash
-from ._noise import uniform_at as uniform_at
-from ._noise import world_key as world_key
-from ._pipeline import Choice as Choice
-from ._pipeline import Context as Context
-from ._pipeline import Hard as Hard
-from ._pipeline import Plan as Plan
-from ._pipeline import Relaxed as Relaxed
-from ._pipeline import StepPlan as StepPlan
-from ._pipeline import ValuePlan as ValuePlan
-from ._pipeline import World as World
-from ._pipeline import factual_plan as factual_plan
-from ._pipeline import world_noise as world_noise
-from ._replay import replay as replay
-from ._resample_shapley import ResampleShapley as ResampleShapley
-from ._resample_shapley import resample_shapley as resample_shapley
-from ._shapley import Attribution as Attribution
-from ._shapley import attribute as attribute
-from ._structure import Structure as Structure
-from ._structure import discover as discover
-from ._worlds import fresh_worlds as fresh_worlds
-from ._worlds import inferred_worlds as inferred_worlds
-from ._worlds import observed_plan as observed_plan
-from ._worlds import recorded_worlds as recorded_worlds
+from . import stats as stats
+from . import worlds as worlds
+from ._compile import clear_caches as clear_caches
+from ._game import Game as Game
+from .differentiable import FitResult as FitResult
+from .differentiable import fit_fixes as fit_fixes
+from .differentiable import shapley_values as shapley_values
+from .estimators import BatchResult as BatchResult
+from .estimators import ExactResult as ExactResult
+from .estimators import MCResult as MCResult
+from .estimators import blame_batch as blame_batch
+from .estimators import exact_blame as exact_blame
+from .estimators import mc_shapley as mc_shapley
+from .interventions import contrastive as contrastive
+from .pipeline import Choice as Choice
+from .pipeline import Hard as Hard
+from .pipeline import Plan as Plan
+from .pipeline import Relaxed as Relaxed
+from .pipeline import Structure as Structure
+from .pipeline import World as World
+from .pipeline import discover as discover
+from .reduction import Attribution as Attribution
+from .reduction import attribute as attribute
+from .worlds import fresh_worlds as fresh_worlds
+from .worlds import inferred_worlds as inferred_worlds
+from .worlds import recorded_worlds as recorded_worlds
+from .worlds import replay as replay
 
 __version__ = "0.1.0"

@@ -11,9 +11,8 @@ import numpy as np
 
 def _refund(args) -> int:
     from . import demos
-    from ._exact import exact_blame
-    from ._replay import replay
-    from ._worlds import recorded_worlds
+    from .estimators import exact_blame
+    from .worlds import recorded_worlds, replay
 
     print("Refund-policy pipeline: planner -> retriever -> writer -> reviewer")
     print(f"{args.cases} customers, each run once with its own recorded noise (seed {args.seed}).\n")
@@ -46,32 +45,32 @@ def _refund(args) -> int:
 
 
 def _car(args) -> int:
-    from .demos._car import run_demo
+    from .demos import run_demo
 
     return run_demo(args)
 
 
 def _agent8(args) -> int:
-    from .demos._agent8 import agent8_report
+    from .demos import agent8_report
 
     print(agent8_report(num_cases=args.cases, seed=args.seed))
     return 0
 
 
 def _stopping(args) -> int:
-    from ._demo_rag import run_stopping_demo
+    from .demos import run_stopping_demo
 
     return run_stopping_demo(args)
 
 
 def _rag(args) -> int:
-    from ._demo_rag import run_rag_demo
+    from .demos import run_rag_demo
 
     return run_rag_demo(args)
 
 
 def _fit(args) -> int:
-    from ._fit_demo import run_fit_demo
+    from .demos import run_fit_demo
 
     return run_fit_demo(args)
 

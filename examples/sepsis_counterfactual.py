@@ -9,8 +9,8 @@ The model is a Gumbel-max structural causal model of an estimated MDP. For every
 episode and each of N counterfactual samples, blamejax starts in the observed first
 state, follows `RlPol`, and draws each next state with `argmax(log P(. | a', s') + g)`,
 where `g` is abducted from the observed transition at the same step
-(`bj.abduct_gumbels`, independently per step and sample) while the observed episode
-runs, and is the world's addressed noise (`bj.gumbel_at`) after it ended. An episode
+(`bj.noise.abduct_gumbels`, independently per step and sample) while the observed episode
+runs, and is the world's addressed noise (`bj.noise.gumbel_at`) after it ended. An episode
 ends at its first non-zero reward or after 20 steps. Rewards are not discounted.
 
 The published estimate is 0.9531 from one draw of 5 samples per episode (bootstrap range
@@ -67,11 +67,11 @@ def load(path: Path) -> dict:
     )
 
 
-def run(inputs: dict, num_samples: int, seed: int) -> tuple[bj.CounterfactualRollouts, float]:
+def run(inputs: dict, num_samples: int, seed: int) -> tuple[bj.mdp.CounterfactualRollouts, float]:
     """Counterfactual rollouts and their wall time in seconds."""
     args = {k: v for k, v in inputs.items() if k != "observed_rewards"}
     start = time.perf_counter()
-    out = bj.counterfactual_rollouts(seed, num_samples=num_samples, **args)
+    out = bj.mdp.counterfactual_rollouts(seed, num_samples=num_samples, **args)
     jax.block_until_ready(out)
     return out, time.perf_counter() - start
 

@@ -61,7 +61,7 @@ def _rejection(key, logits, observed, counterfactual):
 @jax.jit
 def _posterior(key, logits, observed, counterfactual):
     keys = jr.split(key, NUM_POSTERIOR)
-    gumbels = jax.vmap(bj.abduct_gumbels, in_axes=(0, None, None))(keys, logits, observed)
+    gumbels = jax.vmap(bj.noise.abduct_gumbels, in_axes=(0, None, None))(keys, logits, observed)
     replays = jnp.all(_argmax(logits[None, :] + gumbels) == observed)
     finite = jnp.all(jnp.isfinite(gumbels))
     choices = _argmax(counterfactual[None, :] + gumbels)
@@ -167,7 +167,7 @@ def test_neg_inf_option_keeps_prior_gumbel():
     keys = jr.split(jr.key(7), num)
     for logits, observed in (([NEG, 0.3, -0.2, NEG, 1.0], 1), ([NEG, 2.0, NEG], 1)):
         logits = jnp.asarray(logits, FLOAT)
-        gumbels = jax.jit(jax.vmap(bj.abduct_gumbels, in_axes=(0, None, None)))(
+        gumbels = jax.jit(jax.vmap(bj.noise.abduct_gumbels, in_axes=(0, None, None)))(
             keys, logits, observed
         )
         gumbels = np.asarray(gumbels, np.float64)
@@ -185,17 +185,17 @@ def test_abduct_gumbels_impossible_observation_raises_under_jit():
     logits = jnp.asarray([0.0, NEG, 1.0], jnp.float32)
     message = "abduct_gumbels: the observed option has logit -inf"
     with pytest.raises(eqx.EquinoxRuntimeError, match=message):
-        eqx.filter_jit(bj.abduct_gumbels)(jr.key(0), logits, jnp.int32(1))
+        eqx.filter_jit(bj.noise.abduct_gumbels)(jr.key(0), logits, jnp.int32(1))
     with pytest.raises(RuntimeError, match=message):
-        jax.jit(bj.abduct_gumbels)(jr.key(0), logits, jnp.int32(1))
+        jax.jit(bj.noise.abduct_gumbels)(jr.key(0), logits, jnp.int32(1))
     # one bad element of a vmapped batch is enough
     batch = jnp.stack([logits, logits])
     with pytest.raises(eqx.EquinoxRuntimeError, match=message):
-        eqx.filter_jit(jax.vmap(bj.abduct_gumbels))(
+        eqx.filter_jit(jax.vmap(bj.noise.abduct_gumbels))(
             jr.split(jr.key(0), 2), batch, jnp.asarray([0, 1], jnp.int32)
         )
     # a possible observation is fine under the same compiled function
-    out = jax.jit(bj.abduct_gumbels)(jr.key(0), logits, jnp.int32(2))
+    out = jax.jit(bj.noise.abduct_gumbels)(jr.key(0), logits, jnp.int32(2))
     assert np.all(np.isfinite(np.asarray(out)))
 
 
@@ -308,12 +308,12 @@ def test_abduct_gumbels_vmap_equals_loop():
     keys = jr.split(jr.key(4), (num_failures, num_worlds, num_sites))
     logits, observed = jnp.asarray(logits), jnp.asarray(observed)
 
-    per_site = jax.vmap(bj.abduct_gumbels)  # keys [S], logits [S, K], observed [S]
+    per_site = jax.vmap(bj.noise.abduct_gumbels)  # keys [S], logits [S, K], observed [S]
     per_world = jax.vmap(per_site, in_axes=(0, None, None))
     batched = np.asarray(jax.jit(jax.vmap(per_world))(keys, logits, observed))
     assert batched.shape == (num_failures, num_worlds, num_sites, num_options)
 
-    one = jax.jit(bj.abduct_gumbels)
+    one = jax.jit(bj.noise.abduct_gumbels)
     looped = np.stack(
         [
             np.stack(

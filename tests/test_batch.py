@@ -47,7 +47,7 @@ def test_batch_equals_per_failure_loop():
         for w in range(2):
             case = jax.tree_util.tree_map(lambda x: x[0], one)
             world = bj.World(key=worlds.key[0, w])
-            v = bj.coalition_values(chain_pipeline, structure, case, world, range(3), [1] * 3)
+            v = bj.coalitions.coalition_values(chain_pipeline, structure, case, world, range(3), [1] * 3)
             hits.append([float(v[1 << i]) >= 1.0 for i in range(3)])
         resolve.append(np.mean(hits, axis=0))
     shapley, total, resolve = np.array(shapley), np.array(total), np.array(resolve)
@@ -58,7 +58,7 @@ def test_batch_equals_per_failure_loop():
     assert abs(float(result.share_of_repair.sum()) - 1.0) < 1e-5
     # The drill-down: each analysed failure's failed run and fully fixed run, under its own noise.
     recorded = bj.recorded_worlds(3, 24)
-    fixed = bj.replay(chain_pipeline, cases, recorded, plan=bj.mask_plan(structure, range(3), [1] * 3, np.ones(3, bool)))
+    fixed = bj.replay(chain_pipeline, cases, recorded, plan=bj.coalitions.mask_plan(structure, range(3), [1] * 3, np.ones(3, bool)))
     np.testing.assert_array_equal(result.factual_choice, np.asarray(run["choice"][:, 0])[ids])
     np.testing.assert_array_equal(result.fixed_choice, np.asarray(fixed["choice"][:, 0])[ids])
     assert np.any(result.fixed_choice != result.factual_choice)  # the check is not vacuous
@@ -83,9 +83,9 @@ def test_batch_monte_carlo_equals_per_failure_loop():
         case = jax.tree_util.tree_map(lambda x: x[f], cases)
         worlds = bj.World(key=bj.fresh_worlds(3, np.array([f]), 2).key[0])
         key = jax.random.fold_in(block_key, i)
-        estimate = bj.mc_shapley_fixed(chain_pipeline, structure, case, worlds, key, num_orders, range(3), [1] * 3)
+        estimate = bj.estimators.mc_shapley_fixed(chain_pipeline, structure, case, worlds, key, num_orders, range(3), [1] * 3)
         np.testing.assert_allclose(result.shapley[i], estimate.values, atol=1e-6)
-        v = [bj.coalition_values(chain_pipeline, structure, case, bj.World(key=k), range(3), [1] * 3) for k in worlds.key]
+        v = [bj.coalitions.coalition_values(chain_pipeline, structure, case, bj.World(key=k), range(3), [1] * 3) for k in worlds.key]
         hits = [[float(table[1 << j]) >= 1.0 for j in range(3)] for table in v]
         np.testing.assert_allclose(result.resolve[i], np.mean(hits, axis=0), atol=1e-6)
         np.testing.assert_allclose(result.total[i], np.mean([t[-1] - t[0] for t in v]), atol=1e-6)
@@ -127,10 +127,10 @@ def test_checkpoints_decided_at_once_equal_one_at_a_time(rule):
     for trial in range(20):
         n = int(rng.integers(1, 5))
         values = rng.normal(rng.normal(size=n) * 0.3, 0.2, size=(80, n)).clip(-1, 1)
-        marks = (1,) + bj.checkpoints(2 + trial % 3, 1.3, 80)  # t = 1: a batch of one failure
+        marks = (1,) + bj.stats.checkpoints(2 + trial % 3, 1.3, 80)  # t = 1: a batch of one failure
         ks = np.arange(1, len(marks) + 1)
-        at_once = bj._batch_interval.top_separated_at(values, marks, ks, rule, 0.1, 2.0)
-        one_by_one = [t >= 2 and bj.checkpoint_interval(values[:t], k, rule, 0.1, 2.0)[3] for k, t in zip(ks, marks)]
+        at_once = bj.stats._across_failures.top_separated_at(values, marks, ks, rule, 0.1, 2.0)
+        one_by_one = [t >= 2 and bj.stats.checkpoint_interval(values[:t], k, rule, 0.1, 2.0)[3] for k, t in zip(ks, marks)]
         np.testing.assert_array_equal(at_once, one_by_one)
         decisions += one_by_one
     assert 0 < sum(decisions) < len(decisions)  # both outcomes occur: the comparison is not vacuous
@@ -152,8 +152,8 @@ def test_stop_early_stops_at_the_first_separated_checkpoint():
     np.testing.assert_allclose(early.shapley, full.shapley[:stop], atol=1e-6)
     other = early.separated_at["bernstein"]
     assert other is None or other <= stop
-    k = bj.checkpoints(4, 1.5, full.num_analysed).index(stop) + 1
-    _, lo, hi, sep = bj.checkpoint_interval(np.asarray(full.shapley[:stop], np.float64), k, "normal", 0.1, 2.0)
+    k = bj.stats.checkpoints(4, 1.5, full.num_analysed).index(stop) + 1
+    _, lo, hi, sep = bj.stats.checkpoint_interval(np.asarray(full.shapley[:stop], np.float64), k, "normal", 0.1, 2.0)
     assert sep
     np.testing.assert_allclose(early.lower, lo, atol=1e-6)
     np.testing.assert_allclose(early.upper, hi, atol=1e-6)
@@ -170,7 +170,7 @@ def test_stopping_rule_coverage():
     probs = np.array([0.04, 0.3, 0.5])
     heights = np.array([1.0, 0.2, 0.1])
     truth = probs * heights
-    marks = bj.checkpoints(2, 1.5, budget)
+    marks = bj.stats.checkpoints(2, 1.5, budget)
 
     def misses(rule, corrected):
         count = 0
@@ -179,12 +179,12 @@ def test_stopping_rule_coverage():
             missed = False
             for k, t in enumerate(marks, start=1):
                 if corrected:
-                    mean, lo, hi, sep = bj.checkpoint_interval(values[:t], k, rule, 0.1, 2.0)
+                    mean, lo, hi, sep = bj.stats.checkpoint_interval(values[:t], k, rule, 0.1, 2.0)
                 else:
                     mean = values[:t].mean(0)
-                    r = bj.normal_radius(t, values[:t].var(0, ddof=1), 0.1)
+                    r = bj.stats.normal_radius(t, values[:t].var(0, ddof=1), 0.1)
                     lo, hi = mean - r, mean + r
-                    sep = bj._batch_interval._top_separated(mean, lo, hi)
+                    sep = bj.stats._across_failures._top_separated(mean, lo, hi)
                 if np.any((truth < lo) | (truth > hi)):
                     missed = True
                     break

@@ -16,32 +16,32 @@ import blamejax as bj
 
 def test_hoeffding_by_hand():
     # R sqrt(ln(2/delta) / (2t)): ln 20 = 2.9957323, / 200 = 0.01497866, sqrt = 0.12238734
-    assert bj.hoeffding_radius(100, 2.0, 0.1) == pytest.approx(2 * 0.12238734, rel=1e-7)
+    assert bj.stats.hoeffding_radius(100, 2.0, 0.1) == pytest.approx(2 * 0.12238734, rel=1e-7)
     # R = 1, t = 8, delta = 0.5: sqrt(ln 4 / 16) = sqrt(0.08664340) = 0.29435252
-    assert bj.hoeffding_radius(8, 1.0, 0.5) == pytest.approx(0.29435252, rel=1e-7)
+    assert bj.stats.hoeffding_radius(8, 1.0, 0.5) == pytest.approx(0.29435252, rel=1e-7)
 
 
 def test_bernstein_by_hand():
     # t = 101, V = 0.25, R = 2, delta = 0.1; ln(4/0.1) = ln 40 = 3.6888795
     # sqrt(2 * 0.25 * 3.6888795 / 101) = sqrt(0.01826178) = 0.13513615
     # 7 * 2 * 3.6888795 / (3 * 100) = 0.17214771
-    assert bj.bernstein_radius(101, 0.25, 2.0, 0.1) == pytest.approx(
+    assert bj.stats.bernstein_radius(101, 0.25, 2.0, 0.1) == pytest.approx(
         0.13513615 + 0.17214771, rel=1e-7
     )
     # The range enters only the second term, linearly: R = 1 takes half of 0.17214771 off.
-    diff = bj.bernstein_radius(101, 0.25, 2.0, 0.1) - bj.bernstein_radius(101, 0.25, 1.0, 0.1)
+    diff = bj.stats.bernstein_radius(101, 0.25, 2.0, 0.1) - bj.stats.bernstein_radius(101, 0.25, 1.0, 0.1)
     assert diff == pytest.approx(0.17214771 / 2, rel=1e-7)
     # Zero variance leaves only the range term: t = 2, R = 1, delta = 0.4: 7 ln 10 / 3 = 5.3726985
-    assert bj.bernstein_radius(2, 0.0, 1.0, 0.4) == pytest.approx(5.3726985, rel=1e-7)
+    assert bj.stats.bernstein_radius(2, 0.0, 1.0, 0.4) == pytest.approx(5.3726985, rel=1e-7)
 
 
 def test_normal_by_hand():
     # z_(0.975) = 1.95996398, sqrt(0.25 / 100) = 0.05
-    assert bj.normal_radius(100, 0.25, 0.05) == pytest.approx(1.95996398 * 0.05, rel=1e-7)
+    assert bj.stats.normal_radius(100, 0.25, 0.05) == pytest.approx(1.95996398 * 0.05, rel=1e-7)
     # z_(0.95) = 1.64485363, sqrt(4 / 16) = 0.5
-    assert bj.normal_radius(16, 4.0, 0.1) == pytest.approx(1.64485363 * 0.5, rel=1e-7)
+    assert bj.stats.normal_radius(16, 4.0, 0.1) == pytest.approx(1.64485363 * 0.5, rel=1e-7)
     # a tiny delta (as at a late checkpoint) must not round 1 - delta/2 to 1 in float32
-    r = bj.normal_radius(jnp.asarray(100), jnp.asarray(1.0), 1e-9)
+    r = bj.stats.normal_radius(jnp.asarray(100), jnp.asarray(1.0), 1e-9)
     assert np.isfinite(float(r)) and float(r) == pytest.approx(0.6109410, rel=1e-5)  # z = 6.109410
 
 
@@ -51,9 +51,9 @@ def test_numpy_and_jax_agree(name):
     var = np.array([0.0, 0.3, 1.7])
     delta = np.array([0.1, 1e-3, 1e-6])
     fns = dict(
-        hoeffding=lambda t, v, d: bj.hoeffding_radius(t, 2.0, d),
-        bernstein=lambda t, v, d: bj.bernstein_radius(t, v, 2.0, d),
-        normal=lambda t, v, d: bj.normal_radius(t, v, d),
+        hoeffding=lambda t, v, d: bj.stats.hoeffding_radius(t, 2.0, d),
+        bernstein=lambda t, v, d: bj.stats.bernstein_radius(t, v, 2.0, d),
+        normal=lambda t, v, d: bj.stats.normal_radius(t, v, d),
     )
     fn = fns[name]
     host = fn(t, var, delta)
@@ -65,41 +65,41 @@ def test_numpy_and_jax_agree(name):
 
 def test_radius_errors():
     with pytest.raises(ValueError, match="`t` .* at least 2"):
-        bj.bernstein_radius(1, 0.1, 1.0, 0.1)
+        bj.stats.bernstein_radius(1, 0.1, 1.0, 0.1)
     with pytest.raises(ValueError, match="`delta` must be in \\(0, 1\\)"):
-        bj.hoeffding_radius(10, 1.0, 1.5)
+        bj.stats.hoeffding_radius(10, 1.0, 1.5)
 
 
 def test_checkpoints_by_hand():
-    assert bj.checkpoints(2, 2.0, 20) == (2, 4, 8, 16, 20)
-    assert bj.checkpoints(2, 2.0, 16) == (2, 4, 8, 16)
-    assert bj.checkpoints(5, 3.0, 5) == (5,)
+    assert bj.stats.checkpoints(2, 2.0, 20) == (2, 4, 8, 16, 20)
+    assert bj.stats.checkpoints(2, 2.0, 16) == (2, 4, 8, 16)
+    assert bj.stats.checkpoints(5, 3.0, 5) == (5,)
     # 10 * 1.1^k: 10, 11, 12.1, 13.31, 14.64, 16.11 -> 10, 11, 13, 14, 15, 17 (11, not 12)
-    assert bj.checkpoints(10, 1.1, 100)[:6] == (10, 11, 13, 14, 15, 17)
+    assert bj.stats.checkpoints(10, 1.1, 100)[:6] == (10, 11, 13, 14, 15, 17)
     # gamma close to 1: repeated values are dropped, the schedule stays strictly increasing
-    schedule = bj.checkpoints(2, 1.05, 40)
+    schedule = bj.stats.checkpoints(2, 1.05, 40)
     assert schedule[:3] == (2, 3, 4) and all(b > a for a, b in zip(schedule, schedule[1:]))
     assert schedule[-1] == 40
 
 
 def test_checkpoint_errors():
     with pytest.raises(ValueError, match="`t1` must be an int >= 2"):
-        bj.checkpoints(1, 2.0, 10)
+        bj.stats.checkpoints(1, 2.0, 10)
     with pytest.raises(ValueError, match="`gamma` must be a number > 1"):
-        bj.checkpoints(2, 1.0, 10)
+        bj.stats.checkpoints(2, 1.0, 10)
     with pytest.raises(ValueError, match="`budget` must be an int >= t1 = 4"):
-        bj.checkpoints(4, 2.0, 3)
+        bj.stats.checkpoints(4, 2.0, 3)
 
 
 def test_checkpoint_delta_sums_to_at_most_delta():
-    assert bj.checkpoint_delta(0.1, 4, 1) == pytest.approx(0.0125)
-    assert bj.checkpoint_delta(0.1, 8, 3) == pytest.approx(0.1 / 96)
+    assert bj.stats.checkpoint_delta(0.1, 4, 1) == pytest.approx(0.0125)
+    assert bj.stats.checkpoint_delta(0.1, 8, 3) == pytest.approx(0.1 / 96)
     n = 7
     ks = np.arange(1, 100_001)
-    total = n * bj.checkpoint_delta(0.1, n, ks).sum()
+    total = n * bj.stats.checkpoint_delta(0.1, n, ks).sum()
     assert total <= 0.1 and total == pytest.approx(0.1 * (1 - 1 / 100_001))
     with pytest.raises(ValueError, match="1-based"):
-        bj.checkpoint_delta(0.1, 4, 0)
+        bj.stats.checkpoint_delta(0.1, 4, 0)
 
 
 def test_top1_rule():
@@ -107,14 +107,14 @@ def test_top1_rule():
     lower = values - 0.1
     upper = values + 0.1
     # row 0: 0.5 > 0.3 and 0.5 > 0.2: separated; row 1: 0.5 < 0.65: not; row 2: tie: not
-    np.testing.assert_array_equal(bj.top1_separated(values, lower, upper), [True, False, False])
+    np.testing.assert_array_equal(bj.stats.top1_separated(values, lower, upper), [True, False, False])
     # a margin resolves the tie in row 2: 0.4 > 0.6 - 0.21 holds, 0.4 > 0.6 - 0.19 does not
-    np.testing.assert_array_equal(bj.top1_separated(values, lower, upper, 0.21), [True, True, True])
+    np.testing.assert_array_equal(bj.stats.top1_separated(values, lower, upper, 0.21), [True, True, True])
     np.testing.assert_array_equal(
-        bj.top1_separated(values, lower, upper, 0.19), [True, True, False]
+        bj.stats.top1_separated(values, lower, upper, 0.19), [True, True, False]
     )
     assert bool(
-        jax.jit(bj.top1_separated)(
+        jax.jit(bj.stats.top1_separated)(
             jnp.asarray(values[0]), jnp.asarray(lower[0]), jnp.asarray(upper[0])
         )
     )
@@ -124,16 +124,16 @@ def test_ranking_and_width_rules():
     values = np.array([[0.9, 0.5, 0.1], [0.9, 0.5, 0.45]])
     lower = values - 0.1
     upper = values + 0.1
-    np.testing.assert_array_equal(bj.ranking_separated(values, lower, upper), [True, False])
-    np.testing.assert_array_equal(bj.ranking_separated(values, lower, upper, 0.16), [True, True])
-    np.testing.assert_array_equal(bj.widths_below(lower, upper, 0.201), [True, True])
-    np.testing.assert_array_equal(bj.widths_below(lower, upper, 0.199), [False, False])
+    np.testing.assert_array_equal(bj.stats.ranking_separated(values, lower, upper), [True, False])
+    np.testing.assert_array_equal(bj.stats.ranking_separated(values, lower, upper, 0.16), [True, True])
+    np.testing.assert_array_equal(bj.stats.widths_below(lower, upper, 0.201), [True, True])
+    np.testing.assert_array_equal(bj.stats.widths_below(lower, upper, 0.199), [False, False])
 
 
 def test_union_bound_total():
     """The per-interval deltas of the checkpoints actually used sum to at most delta."""
-    schedule = bj.checkpoints(16, 1.25, 10_000)
+    schedule = bj.stats.checkpoints(16, 1.25, 10_000)
     n = 8
-    total = sum(n * bj.checkpoint_delta(0.1, n, k) for k in range(1, len(schedule) + 1))
+    total = sum(n * bj.stats.checkpoint_delta(0.1, n, k) for k in range(1, len(schedule) + 1))
     assert total < 0.1
     assert math.isclose(total, 0.1 * len(schedule) / (len(schedule) + 1))

@@ -36,8 +36,8 @@ def factual_scores(pipeline, make_cases, seed, ids):
     if pipeline not in _SCORERS:
         case = jax.tree_util.tree_map(lambda x: x[0], make_cases(1))
         structure = bj.discover(pipeline, case)
-        plan = bj.factual_plan(structure)
-        one = lambda key: bj.run_score(pipeline, structure, case, bj.World(key=key), plan)  # noqa: E731
+        plan = bj.pipeline.factual_plan(structure)
+        one = lambda key: bj.pipeline.run_score(pipeline, structure, case, bj.World(key=key), plan)  # noqa: E731
         _SCORERS[pipeline] = jax.jit(jax.vmap(one))
     return np.asarray(_SCORERS[pipeline](bj.recorded_worlds(seed, ids).key[:, 0]))
 
@@ -80,23 +80,23 @@ def interaction():
 # -- intervals -------------------------------------------------------------------------------
 def test_wilson_published_values():
     # Newcombe (1998), single proportion, 81/263: Wilson score interval 0.2553 to 0.3662.
-    low, high = bj.wilson_interval(81, 263, 0.05)
+    low, high = bj.stats.wilson_interval(81, 263, 0.05)
     np.testing.assert_allclose([low, high], [0.2553, 0.3662], atol=5e-5)
     # The ends are exact: x = 0 gives low = 0, x = n gives high = 1.
-    low, high = bj.wilson_interval(np.array([0, 10, 9]), 10, 0.05)
+    low, high = bj.stats.wilson_interval(np.array([0, 10, 9]), 10, 0.05)
     assert low[0] == 0.0 and high[1] == 1.0 and high[2] < 1.0 and low[1] > 0.0
 
 
 def test_newcombe_published_values():
     # Newcombe (1998), method 10, 56/70 - 48/80: 0.0524 to 0.3339.
-    low, high = bj.newcombe_interval(56, 70, 48, 80, 0.05)
+    low, high = bj.stats.newcombe_interval(56, 70, 48, 80, 0.05)
     np.testing.assert_allclose([low, high], [0.0524, 0.3339], atol=5e-5)
 
 
 def test_point_of_commitment_rule():
     low = np.array([[0.1, 0.2, -0.1], [-0.1, -0.2, -0.3], [-0.5, 0.0, -0.1]])
     high = np.array([[0.3, 0.4, 0.1], [0.1, 0.2, 0.3], [-0.1, 0.2, 0.1]])
-    np.testing.assert_array_equal(bj.point_of_commitment(low, high), [1, -1, 0])
+    np.testing.assert_array_equal(bj.stats.point_of_commitment(low, high), [1, -1, 0])
 
 
 # -- the pivotal SCM ---------------------------------------------------------------------------
@@ -171,7 +171,7 @@ def test_custom_intervention(pivotal):
     structure = bj.discover(pivotal_pipeline, jax.tree_util.tree_map(lambda x: x[0], cases))
 
     def force_first(k, rollout, factual):
-        return bj.do_action(structure, k, 0)
+        return bj.interventions.do_action(structure, k, 0)
 
     result = bj.contrastive(
         pivotal_pipeline, cases, worlds, num_rollouts=3, intervention=force_first
@@ -188,7 +188,7 @@ def test_custom_resample_equals_default(pivotal, pivotal_results):
     structure = bj.discover(pivotal_pipeline, jax.tree_util.tree_map(lambda x: x[0], cases))
 
     def redraw_fresh(k, rollout, factual):
-        return bj.do_resample(structure, k, rollout, downstream="fresh")
+        return bj.interventions.do_resample(structure, k, rollout, downstream="fresh")
 
     result = bj.contrastive(
         pivotal_pipeline, cases, worlds, num_rollouts=200, intervention=redraw_fresh
@@ -231,7 +231,7 @@ def test_interaction_resample_shapley(interaction):
     Per rollout, phi_id = A (1 - B/2) with A, B ~ Bernoulli(0.7): sd = sqrt(0.3325 - 0.455^2)
     = 0.3542; over 4 x 2000 rollouts the s.e. is 0.0040."""
     cases, worlds = interaction
-    game = bj.resample_shapley(interaction_pipeline, cases, worlds, num_rollouts=2000)
+    game = bj.interventions.resample_shapley(interaction_pipeline, cases, worlds, num_rollouts=2000)
     sd = math.sqrt(0.7 * (0.3 + 0.7 * 0.25) - 0.455**2)
     se = sd / math.sqrt(8000)
     shapley = np.asarray(game.shapley)
@@ -264,7 +264,7 @@ def test_blamejax_game_better_model(interaction):
     one = jax.tree_util.tree_map(lambda x: x[:1], cases)
     structure = bj.discover(interaction_pipeline, jax.tree_util.tree_map(lambda x: x[0], one))
     world = bj.World(key=worlds.key[0, 0])
-    observed = bj.trace_run(
+    observed = bj.pipeline.trace_run(
         interaction_pipeline, structure, jax.tree_util.tree_map(lambda x: x[0], one), world
     )["choice"][None]
     np.testing.assert_array_equal(observed[0, :2], [1, 1])  # both checks missed
@@ -286,16 +286,16 @@ def test_replay_fidelity(interaction):
     case = jax.tree_util.tree_map(lambda x: x[0], cases)
     record = jnp.stack(
         [
-            bj.trace_run(interaction_pipeline, structure, case, bj.World(key=k))["choice"]
+            bj.pipeline.trace_run(interaction_pipeline, structure, case, bj.World(key=k))["choice"]
             for k in worlds.key[:, 0]
         ]
     )
-    recorded = bj.replay_fidelity(interaction_pipeline, cases, worlds, record)
+    recorded = bj.worlds.replay_fidelity(interaction_pipeline, cases, worlds, record)
     assert recorded.rate == 1.0
     np.testing.assert_array_equal(recorded.per_run, 1.0)
     inferred = bj.inferred_worlds(interaction_pipeline, cases, record, 3, 8)
-    assert bj.replay_fidelity(interaction_pipeline, cases, inferred, record).rate == 1.0
-    fresh = bj.replay_fidelity(interaction_pipeline, cases, bj.fresh_worlds(3, 4, 1), record)
+    assert bj.worlds.replay_fidelity(interaction_pipeline, cases, inferred, record).rate == 1.0
+    fresh = bj.worlds.replay_fidelity(interaction_pipeline, cases, bj.fresh_worlds(3, 4, 1), record)
     assert fresh.rate < 1.0  # the negative control: expected (0.3 + 0.3 + 0.5) / 3 = 0.37
     assert fresh.sites == ("id_check", "fraud_check", "logger")
 
@@ -329,7 +329,7 @@ def test_errors(pivotal):
     with pytest.raises(
         ValueError, match=r"`observed` must be an int array of shape \[F, sites\] = \[300, 3\]"
     ):
-        bj.replay_fidelity(pivotal_pipeline, cases, worlds, jnp.zeros((300, 2), jnp.int32))
+        bj.worlds.replay_fidelity(pivotal_pipeline, cases, worlds, jnp.zeros((300, 2), jnp.int32))
 
 
 # -- slow statistical checks --------------------------------------------------------------------
@@ -359,7 +359,7 @@ def test_pivotal_games(pivotal):
     200 rollouts: sqrt(0.21 / 60000) = 0.0019) and blamejax's, oracle (0, 1, 0) exactly."""
     cases, worlds = pivotal
     truth = pivotal_analytic()
-    game = bj.resample_shapley(pivotal_pipeline, cases, worlds, num_rollouts=200)
+    game = bj.interventions.resample_shapley(pivotal_pipeline, cases, worlds, num_rollouts=200)
     np.testing.assert_allclose(
         np.asarray(game.shapley).mean(0), truth["resample_shapley"], atol=4 * 0.0019
     )

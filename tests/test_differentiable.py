@@ -35,11 +35,11 @@ def test_gradients_match_finite_differences_float64(which):
             args = (case["tables"],)
         elif which == "total":
             def f(tables):
-                return bj.total_repair(chain_pipeline, dict(case, tables=tables), world, mode=mode)
+                return bj.differentiable.total_repair(chain_pipeline, dict(case, tables=tables), world, mode=mode)
             args = (case["tables"],)
         else:
             def f(tables):
-                return bj.batch_mean_shapley(chain_pipeline, dict(cases, tables=tables), worlds, mode=mode)
+                return bj.differentiable.batch_mean_shapley(chain_pipeline, dict(cases, tables=tables), worlds, mode=mode)
             args = (cases["tables"],)
         out = f(*args)
         assert np.abs(np.asarray(out)).max() > 1e-3  # a non-trivial instance
@@ -93,10 +93,10 @@ def test_relaxed_converges_to_hard_as_tau_decreases():
     """On the agent-size random chain, the largest gap to the hard values shrinks with tau
     (monotone up to 1e-3) and is below 1e-2 at tau = 0.01."""
     cases, worlds = _setup(seed=4, n=4, num_cases=4, num_worlds=4)
-    hard = bj.batch_mean_shapley(chain_pipeline, cases, worlds, mode=bj.Hard())
+    hard = bj.differentiable.batch_mean_shapley(chain_pipeline, cases, worlds, mode=bj.Hard())
     gaps = []
     for tau in (1.0, 0.3, 0.1, 0.03, 0.01):
-        soft = bj.batch_mean_shapley(chain_pipeline, cases, worlds, mode=bj.Relaxed(tau))
+        soft = bj.differentiable.batch_mean_shapley(chain_pipeline, cases, worlds, mode=bj.Relaxed(tau))
         gaps.append(float(jnp.abs(soft - hard).max()))
     assert all(b <= a + 1e-3 for a, b in zip(gaps, gaps[1:], strict=False)), gaps
     assert gaps[-1] < 1e-2 and gaps[0] > 1e-2, gaps

@@ -17,14 +17,14 @@ from helpers import (
 )
 
 import blamejax as bj
-from blamejax import _exact
+from blamejax.estimators import _exact
 
 
 def loop_values(pipeline, cases, worlds, n):
     """v[f, w, m] by a plain Python loop over failures, worlds and masks (no vmap)."""
     structure = bj.discover(pipeline, first(cases))
     num_f, num_w = worlds.key.shape
-    score = jax.jit(lambda c, w, m: bj.run_score(pipeline, structure, c, w, bj.mask_plan(structure, range(n), [1] * n, m)))
+    score = jax.jit(lambda c, w, m: bj.pipeline.run_score(pipeline, structure, c, w, bj.coalitions.mask_plan(structure, range(n), [1] * n, m)))
     out = np.zeros((num_f, num_w, 1 << n))
     for f in range(num_f):
         for w in range(num_w):
@@ -61,8 +61,8 @@ def test_vmapped_cube_equals_mask_loop(getkey):
     case = first(cases)
     structure = bj.discover(chain_pipeline, case)
     world = bj.World(key=getkey())
-    cube = bj.coalition_values(chain_pipeline, structure, case, world, range(n), [1] * n)
-    by_mask = bj.mask_values(chain_pipeline, structure, case, world, range(n), [1] * n, jnp.asarray(masks(n)))
+    cube = bj.coalitions.coalition_values(chain_pipeline, structure, case, world, range(n), [1] * n)
+    by_mask = bj.coalitions.mask_values(chain_pipeline, structure, case, world, range(n), [1] * n, jnp.asarray(masks(n)))
     np.testing.assert_array_equal(cube, by_mask)
     assert not np.isnan(np.asarray(cube)).any()
 
@@ -74,7 +74,7 @@ def test_jit_equals_eager(getkey):
     world = bj.World(key=getkey())
 
     def f(c, w):
-        return bj.attribute(bj.coalition_values(chain_pipeline, structure, c, w, range(n), [1] * n)).shapley
+        return bj.attribute(bj.coalitions.coalition_values(chain_pipeline, structure, c, w, range(n), [1] * n)).shapley
 
     np.testing.assert_allclose(f(case, world), jax.jit(f)(case, world), atol=1e-6)
 
@@ -93,7 +93,7 @@ def test_prefix_sharing_cost(n):
     """A chain's table costs 2^(n+1) - 2 step evaluations, not n * 2^n."""
     case = first(random_chain_cases(jr.key(0), n, num_cases=1))
     structure = bj.discover(chain_pipeline, case)
-    count = bj.count_step_evaluations(chain_pipeline, structure, case, bj.World(key=jr.key(1)))
+    count = bj.coalitions.count_step_evaluations(chain_pipeline, structure, case, bj.World(key=jr.key(1)))
     assert count == 2 ** (n + 1) - 2
     if n >= 3:
         assert count < n * 2**n
@@ -103,7 +103,7 @@ def test_prefix_sharing_cost_dag():
     """In the DAG, s1 and s2 each see 2 bits (4 runs), s3 sees all 4 bits (16 runs)."""
     case = first(random_dag_cases(jr.key(0), 1))
     structure = bj.discover(dag_pipeline, case)
-    assert bj.count_step_evaluations(dag_pipeline, structure, case, bj.World(key=jr.key(1))) == 2 + 4 + 4 + 16
+    assert bj.coalitions.count_step_evaluations(dag_pipeline, structure, case, bj.World(key=jr.key(1))) == 2 + 4 + 4 + 16
 
 
 def test_chunks_and_world_groups_agree(monkeypatch, getkey):
@@ -149,7 +149,7 @@ def test_relaxed_gradients_finite_nonzero(getkey):
 
     def blame_of_last(tables):
         c = dict(case, tables=tables)
-        v = bj.coalition_values(chain_pipeline, structure, c, world, range(n), [1] * n, bj.Relaxed(0.5))
+        v = bj.coalitions.coalition_values(chain_pipeline, structure, c, world, range(n), [1] * n, bj.Relaxed(0.5))
         return bj.attribute(v, interactions=False).shapley[-1]
 
     grads = jax.jit(jax.grad(blame_of_last))(case["tables"])
@@ -163,8 +163,8 @@ def test_relaxed_approaches_hard(getkey):
     case = first(random_chain_cases(getkey(), n, num_cases=1))
     structure = bj.discover(chain_pipeline, case)
     world = bj.World(key=getkey())
-    hard = bj.coalition_values(chain_pipeline, structure, case, world, range(n), [1] * n)
-    soft = bj.coalition_values(chain_pipeline, structure, case, world, range(n), [1] * n, bj.Relaxed(1e-3))
+    hard = bj.coalitions.coalition_values(chain_pipeline, structure, case, world, range(n), [1] * n)
+    soft = bj.coalitions.coalition_values(chain_pipeline, structure, case, world, range(n), [1] * n, bj.Relaxed(1e-3))
     np.testing.assert_allclose(soft, hard, atol=1e-3)
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from blamejax._cli import DEFAULT_CASES, DEMOS, main
-from blamejax._fit_demo import (
+from blamejax.demos._fit import (
     TAUS,
     fit_rag_fix,
     paired_difference_interval,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import blamejax as bj
-from blamejax._noise import fresh_key
+from blamejax.noise import fresh_key
 
 
 def tool_pipeline(ctx, case):
@@ -37,11 +37,11 @@ PIPELINES = [
     ("refund", bj.demos.refund_pipeline, refund_case),
     ("tool", tool_pipeline, tool_case),
 ]
-WORLDS = [bj.World(key=bj.world_key(jax.random.key(7), f, 0)) for f in range(3)]
+WORLDS = [bj.World(key=bj.noise.world_key(jax.random.key(7), f, 0)) for f in range(3)]
 
 
 def _trace(pipeline, structure, case, world, plan=None):
-    out = bj.trace_run(pipeline, structure, case, world, plan)
+    out = bj.pipeline.trace_run(pipeline, structure, case, world, plan)
     return dict(
         choice=np.asarray(out["choice"]),
         variant=np.asarray(out["variant"]),
@@ -77,13 +77,13 @@ def test_resample_changes_only_step_k(name, pipeline, make_case, downstream):
         for k in range(structure.num_steps):
             stream = 2 + k
             kwargs = dict(factual=jnp.asarray(factual["choice"])) if downstream == "direct" else {}
-            plan = bj.do_resample(structure, k, stream, downstream=downstream, **kwargs)
+            plan = bj.interventions.do_resample(structure, k, stream, downstream=downstream, **kwargs)
             run = _trace(pipeline, structure, case, world, plan)
             _assert_upstream_identical(structure, factual, run, k)
             np.testing.assert_array_equal(run["variant"], 0)
             for i, site in enumerate(structure.sites):
                 fresh = np.asarray(
-                    bj.gumbel_at(
+                    bj.noise.gumbel_at(
                         fresh_key(world.key, stream), site.step, site.slot, site.num_options
                     )
                 )
@@ -107,7 +107,7 @@ def test_action_forces_option(name, pipeline, make_case):
     factual = _trace(pipeline, structure, case, world)
     for k in range(structure.num_steps):
         for option in range(structure.num_options[k]):
-            run = _trace(pipeline, structure, case, world, bj.do_action(structure, k, option))
+            run = _trace(pipeline, structure, case, world, bj.interventions.do_action(structure, k, option))
             _assert_upstream_identical(structure, factual, run, k)
             for i in range(len(structure.sites)):
                 np.testing.assert_array_equal(
@@ -131,7 +131,7 @@ def test_context_shifts_logits(name, pipeline, make_case):
         shift = np.linspace(-0.5, 0.5, num_options).astype(np.float32)
         shift[factual["choice"][site]] = -np.inf
         run = _trace(
-            pipeline, structure, case, world, bj.do_context(structure, k, jnp.asarray(shift))
+            pipeline, structure, case, world, bj.interventions.do_context(structure, k, jnp.asarray(shift))
         )
         _assert_upstream_identical(structure, factual, run, k)
         np.testing.assert_array_equal(run["noise"][site], factual["noise"][site])  # same luck
@@ -152,7 +152,7 @@ def test_policy_switches_k_and_later(name, pipeline, make_case):
     world = WORLDS[2]
     factual = _trace(pipeline, structure, case, world)
     for k in range(structure.num_steps):
-        run = _trace(pipeline, structure, case, world, bj.do_policy(structure, k, 1))
+        run = _trace(pipeline, structure, case, world, bj.interventions.do_policy(structure, k, 1))
         _assert_upstream_identical(structure, factual, run, k)
         np.testing.assert_array_equal(run["variant"], (steps >= k).astype(np.int32))
         for i in range(len(structure.sites)):
@@ -170,7 +170,7 @@ def test_observation_replaces_tool_output(downstream):
         kwargs = dict(factual=jnp.asarray(factual["choice"])) if downstream == "direct" else {}
         if downstream == "fresh":
             kwargs = dict(stream=4)
-        plan = bj.do_observation(structure, "search", new, downstream=downstream, **kwargs)
+        plan = bj.interventions.do_observation(structure, "search", new, downstream=downstream, **kwargs)
         run = _trace(tool_pipeline, structure, case, world, plan)
         np.testing.assert_array_equal(run["values"][0], np.asarray(new))
         # upstream of the tool (the query) is untouched
@@ -193,14 +193,14 @@ def test_interventions_compose():
     structure = bj.discover(bj.demos.refund_pipeline, case)
     world = WORLDS[0]
     factual = _trace(bj.demos.refund_pipeline, structure, case, world)
-    plan = bj.do_action(structure, "planner", 1)
-    plan = bj.do_resample(structure, "reviewer", 3, plan=plan)
-    plan = bj.do_policy(structure, "writer", 1, plan=plan)
+    plan = bj.interventions.do_action(structure, "planner", 1)
+    plan = bj.interventions.do_resample(structure, "reviewer", 3, plan=plan)
+    plan = bj.interventions.do_policy(structure, "writer", 1, plan=plan)
     run = _trace(bj.demos.refund_pipeline, structure, case, world, plan)
     assert run["choice"][0] == 1
     np.testing.assert_array_equal(run["variant"], [0, 0, 1, 1])
     np.testing.assert_array_equal(run["noise"][1], factual["noise"][1])
-    fresh = bj.gumbel_at(fresh_key(world.key, 3), "reviewer", 0, 2)
+    fresh = bj.noise.gumbel_at(fresh_key(world.key, 3), "reviewer", 0, 2)
     np.testing.assert_array_equal(run["noise"][3], np.asarray(fresh))
 
 
@@ -209,32 +209,32 @@ def test_stacked_plans_match_single_runs():
     case = tool_case()
     structure = bj.discover(tool_pipeline, case)
     world = WORLDS[0]
-    factual = bj.trace_run(tool_pipeline, structure, case, world)["choice"]
+    factual = bj.pipeline.trace_run(tool_pipeline, structure, case, world)["choice"]
     plans = [
-        bj.factual_plan(structure),
-        bj.do_resample(structure, "answer", 1),
-        bj.do_action(structure, "query", 2, downstream="direct", factual=factual),
-        bj.do_context(structure, "check", jnp.asarray([0.0, 3.0])),
-        bj.do_observation(structure, "search", jnp.ones(4), downstream="fresh", stream=5),
-        bj.do_policy(structure, "query", 1),
+        bj.pipeline.factual_plan(structure),
+        bj.interventions.do_resample(structure, "answer", 1),
+        bj.interventions.do_action(structure, "query", 2, downstream="direct", factual=factual),
+        bj.interventions.do_context(structure, "check", jnp.asarray([0.0, 3.0])),
+        bj.interventions.do_observation(structure, "search", jnp.ones(4), downstream="fresh", stream=5),
+        bj.interventions.do_policy(structure, "query", 1),
     ]
-    batched = bj.plan_values(
-        tool_pipeline, structure, case, world, bj.stack_plans(structure, plans)
+    batched = bj.pipeline.plan_values(
+        tool_pipeline, structure, case, world, bj.interventions.stack_plans(structure, plans)
     )
-    loop = [bj.run_score(tool_pipeline, structure, case, world, p) for p in plans]
+    loop = [bj.pipeline.run_score(tool_pipeline, structure, case, world, p) for p in plans]
     np.testing.assert_array_equal(np.asarray(batched), np.asarray(loop))
-    jitted = jax.jit(lambda p: bj.run_score(tool_pipeline, structure, case, world, p))
+    jitted = jax.jit(lambda p: bj.pipeline.run_score(tool_pipeline, structure, case, world, p))
     for plan, eager in zip(plans, loop):
-        assert float(jitted(bj.full_plan(structure, plan))) == float(eager)
+        assert float(jitted(bj.interventions.full_plan(structure, plan))) == float(eager)
 
 
 def test_zero_shift_and_no_shift_agree():
     case = refund_case()
     structure = bj.discover(bj.demos.refund_pipeline, case)
     for world in WORLDS:
-        base = bj.trace_run(bj.demos.refund_pipeline, structure, case, world)
-        zero = bj.do_context(structure, "writer", jnp.zeros(3))
-        run = bj.trace_run(bj.demos.refund_pipeline, structure, case, world, zero)
+        base = bj.pipeline.trace_run(bj.demos.refund_pipeline, structure, case, world)
+        zero = bj.interventions.do_context(structure, "writer", jnp.zeros(3))
+        run = bj.pipeline.trace_run(bj.demos.refund_pipeline, structure, case, world, zero)
         np.testing.assert_array_equal(np.asarray(run["choice"]), np.asarray(base["choice"]))
 
 
@@ -246,11 +246,11 @@ def structure():
 
 def test_error_step_out_of_range(structure):
     with pytest.raises(ValueError, match=r"`step` = 3 is out of range: this pipeline has 3 steps"):
-        bj.do_resample(structure, 3, 0)
+        bj.interventions.do_resample(structure, 3, 0)
     with pytest.raises(ValueError, match=r"`step` = -1 is out of range"):
-        bj.do_action(structure, -1, 0)
+        bj.interventions.do_action(structure, -1, 0)
     with pytest.raises(TypeError, match=r"`step` must be a step index \(int\) or a step name"):
-        bj.do_action(structure, 1.0, 0)
+        bj.interventions.do_action(structure, 1.0, 0)
 
 
 def test_error_unknown_step(structure):
@@ -258,54 +258,54 @@ def test_error_unknown_step(structure):
         ValueError,
         match=r"`step` = 'rerank' is not a step of this pipeline; its steps are \['query', 'answer', 'check'\]",
     ):
-        bj.do_resample(structure, "rerank", 0)
+        bj.interventions.do_resample(structure, "rerank", 0)
     with pytest.raises(ValueError, match=r"'search' is a deterministic site .* use do_observation"):
-        bj.do_action(structure, "search", 0)
+        bj.interventions.do_action(structure, "search", 0)
 
 
 def test_error_option_out_of_range(structure):
     with pytest.raises(ValueError, match=r"`option` of step 'query' must be in \[0, 3\), got 3"):
-        bj.do_action(structure, "query", 3)
+        bj.interventions.do_action(structure, "query", 3)
     with pytest.raises(ValueError, match=r"`option` of step 'check' must be in \[0, 2\), got -1"):
-        bj.do_action(structure, "check", -1)
+        bj.interventions.do_action(structure, "check", -1)
     with pytest.raises(TypeError, match=r"`option` of step 'check' must be an integer scalar"):
-        bj.do_action(structure, "check", 0.5)
+        bj.interventions.do_action(structure, "check", 0.5)
 
 
 def test_error_observation_on_sampling_step(structure):
     with pytest.raises(
         ValueError, match=r"`name` = 'answer' is a step that samples .* use do_action"
     ):
-        bj.do_observation(structure, "answer", jnp.zeros(4))
+        bj.interventions.do_observation(structure, "answer", jnp.zeros(4))
     with pytest.raises(ValueError, match=r"`name` = 'lookup' is not a deterministic site"):
-        bj.do_observation(structure, "lookup", jnp.zeros(4))
+        bj.interventions.do_observation(structure, "lookup", jnp.zeros(4))
     with pytest.raises(
         ValueError,
         match=r"`value` for deterministic site 'search' must have shape \[4\], got \[3\]",
     ):
-        bj.do_observation(structure, "search", jnp.zeros(3))
+        bj.interventions.do_observation(structure, "search", jnp.zeros(3))
 
 
 def test_error_other_arguments(structure):
     with pytest.raises(ValueError, match=r"`downstream` must be one of"):
-        bj.do_resample(structure, 0, 0, downstream="sideways")
+        bj.interventions.do_resample(structure, 0, 0, downstream="sideways")
     with pytest.raises(ValueError, match=r"downstream='fresh' needs `stream`"):
-        bj.do_action(structure, 0, 1, downstream="fresh")
+        bj.interventions.do_action(structure, 0, 1, downstream="fresh")
     with pytest.raises(ValueError, match=r"downstream='direct' needs `factual`"):
-        bj.do_action(structure, 0, 1, downstream="direct")
+        bj.interventions.do_action(structure, 0, 1, downstream="direct")
     with pytest.raises(
         ValueError, match=r"`factual` must be the factual run's choice at every draw site"
     ):
-        bj.do_action(structure, 0, 1, downstream="direct", factual=jnp.zeros(2, jnp.int32))
+        bj.interventions.do_action(structure, 0, 1, downstream="direct", factual=jnp.zeros(2, jnp.int32))
     with pytest.raises(ValueError, match=r"`stream` must be a non-negative integer, got -2"):
-        bj.do_resample(structure, 0, -2)
+        bj.interventions.do_resample(structure, 0, -2)
     with pytest.raises(ValueError, match=r"`variant` = 2 does not exist at step 'query'"):
-        bj.do_policy(structure, 0, 2)
+        bj.interventions.do_policy(structure, 0, 2)
     with pytest.raises(
         ValueError, match=r"`shift` of step 'check' must be a float array of shape \[2\]"
     ):
-        bj.do_context(structure, "check", jnp.zeros(3))
+        bj.interventions.do_context(structure, "check", jnp.zeros(3))
     with pytest.raises(ValueError, match=r"`shift` of step 'check' must be real or -inf"):
-        bj.do_context(structure, "check", jnp.asarray([0.0, jnp.inf]))
+        bj.interventions.do_context(structure, "check", jnp.asarray([0.0, jnp.inf]))
     with pytest.raises(TypeError, match=r"`plan` must be a blamejax.Plan"):
-        bj.do_resample(structure, 0, 0, plan="factual")
+        bj.interventions.do_resample(structure, 0, 0, plan="factual")

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import blamejax as bj
-from blamejax import _mc_advance
+from blamejax.estimators import _mc_advance
 
 NEG = -np.inf
 
@@ -92,7 +92,7 @@ def agent8_failures(num_cases=60, seed=0):
 def agent8_tables(cases, worlds):
     structure = bj.discover(bj.demos.agent8_pipeline, jax.tree_util.tree_map(lambda x: x[0], cases))
     fn = jax.vmap(
-        lambda c, k: bj.coalition_values(
+        lambda c, k: bj.coalitions.coalition_values(
             bj.demos.agent8_pipeline, structure, c, bj.World(key=k[0]), tuple(range(8)), (1,) * 8
         )
     )
@@ -197,7 +197,7 @@ def test_converges_to_exact_like_one_over_sqrt_t(antithetic):
     np.testing.assert_array_equal(hist.t, [64, 128, 256, 512, 1024, 2048])
     for g, game in enumerate(games):
         exact = exact_shapley(game[None])[0]
-        var = bj.sampling_variance(game)
+        var = bj.estimators.sampling_variance(game)
         per_sample = var.antithetic if antithetic else var.plain
         assert per_sample.sum() > 0.05  # not a trivial game
         for k, t in enumerate(np.asarray(hist.t)):
@@ -249,13 +249,13 @@ def test_sampling_variance_matches_enumeration():
         m, r = marginals(order), marginals(order[::-1])
         plain.append(m)
         pair.append((m + r) / 2)
-    got = bj.sampling_variance(v)
+    got = bj.estimators.sampling_variance(v)
     np.testing.assert_allclose(got.plain, np.var(plain, axis=0), atol=1e-12)
     np.testing.assert_allclose(got.antithetic, np.var(pair, axis=0), atol=1e-12)
-    maj = bj.sampling_variance(majority(3, 2))
+    maj = bj.estimators.sampling_variance(majority(3, 2))
     np.testing.assert_allclose(maj.correlation, 1.0)
     np.testing.assert_allclose(2 * maj.antithetic, 2 * maj.plain)
-    una = bj.sampling_variance(unanimity(4, 15))
+    una = bj.estimators.sampling_variance(unanimity(4, 15))
     assert np.all(una.correlation < 0)  # last in an order is never last in its reverse
 
 
@@ -322,12 +322,12 @@ def test_coverage_of_anytime_intervals():
         history=True,
     )
     bernstein = misses(result.history, exact)
-    uncorrected = misses(result.history, exact, lambda t, var: bj.normal_radius(t, var, 0.1))
+    uncorrected = misses(result.history, exact, lambda t, var: bj.stats.normal_radius(t, var, 0.1))
     corrected_normal = misses(
         result.history,
         exact,
-        lambda t, var: bj.normal_radius(
-            t, var, bj.checkpoint_delta(0.1, 8, np.arange(1, t.shape[1] + 1))[None, :, None]
+        lambda t, var: bj.stats.normal_radius(
+            t, var, bj.stats.checkpoint_delta(0.1, 8, np.arange(1, t.shape[1] + 1))[None, :, None]
         ),
     )
     print(
@@ -347,10 +347,10 @@ def test_scored_prefixes():
     """An order's n - 1 interior prefixes are padded to a multiple of 8 only when that adds
     at most one prefix for every 7."""
     for n in range(2, 200):
-        scored, interior = bj.scored_prefixes(n), n - 1
+        scored, interior = bj.estimators.scored_prefixes(n), n - 1
         assert scored == interior or (scored % 8 == 0 and 0 < 7 * (scored - interior) <= interior)
         assert scored - interior < 8
-    assert [bj.scored_prefixes(n) for n in (4, 8, 12, 16, 20, 32)] == [3, 8, 11, 16, 19, 32]
+    assert [bj.estimators.scored_prefixes(n) for n in (4, 8, 12, 16, 20, 32)] == [3, 8, 11, 16, 19, 32]
 
 
 @pytest.mark.parametrize("n", [4, 8])
@@ -379,8 +379,8 @@ def test_budget_accounting_is_exact(antithetic, n):
     jax.effects_barrier()
     np.testing.assert_array_equal(result.evaluations, 2 + (n - 1) * pair * 16)
     np.testing.assert_array_equal(result.num_permutations, 16 * pair)
-    assert bj.scored_prefixes(n) == {4: 3, 8: 8}[n]
-    padding = 32 * 16 * pair * (bj.scored_prefixes(n) - (n - 1))
+    assert bj.estimators.scored_prefixes(n) == {4: 3, 8: 8}[n]
+    padding = 32 * 16 * pair * (bj.estimators.scored_prefixes(n) - (n - 1))
     assert sum(counter) == result.evaluations_computed
     assert sum(counter) == int(np.asarray(result.evaluations).sum()) + padding
     if n == 8:
@@ -423,13 +423,13 @@ def test_stopped_failure_spends_nothing_more():
         t1=t1,
         lanes=lanes,
     )
-    schedule = bj.checkpoints(t1, 1.25, budget)
+    schedule = bj.stats.checkpoints(t1, 1.25, budget)
     # Dictator: step 0's marginal is always 1, the others' always 0 (zero variance), so it
     # separates when the range term of the radius drops below 1/2 (R = 2).
     k_stop = next(
         k
         for k, t in enumerate(schedule, 1)
-        if bj.bernstein_radius(t, 0.0, 2.0, bj.checkpoint_delta(0.1, 4, k)) < 0.5
+        if bj.stats.bernstein_radius(t, 0.0, 2.0, bj.stats.checkpoint_delta(0.1, 4, k)) < 0.5
     )
     t_stop = schedule[k_stop - 1]
     assert result.rule_fired == ["top1", "budget"]
@@ -457,7 +457,7 @@ def test_no_recompile_across_checkpoints():
     kw = dict(max_evaluations=2 + 4 * 3000, t1=4, gamma=1.5, epsilon=0.02)
     result = bj.mc_shapley(pipeline, game_cases(tables), bj.recorded_worlds(0, 16), key=8, **kw)
     assert len(set(np.asarray(result.num_samples).tolist())) >= 3  # stopped at different times
-    assert len(bj.checkpoints(4, 1.5, 3000)) > 10
+    assert len(bj.stats.checkpoints(4, 1.5, 3000)) > 10
     again = bj.mc_shapley(pipeline, game_cases(tables[:11]), bj.recorded_worlds(1, 11), key=9, **kw)
     assert again.num_failures == 11
     traces = [count for key, count in _mc_advance.TRACE_COUNTS.items() if key[0] is pipeline]
@@ -569,7 +569,7 @@ def test_fixed_path_matches_adaptive(agent8, antithetic):
     structure = bj.discover(bj.demos.agent8_pipeline, jax.tree_util.tree_map(lambda x: x[0], cases))
     f = 5
     case_f = jax.tree_util.tree_map(lambda x: x[f], cases)
-    fixed = bj.mc_shapley_fixed(
+    fixed = bj.estimators.mc_shapley_fixed(
         bj.demos.agent8_pipeline,
         structure,
         case_f,
@@ -605,7 +605,7 @@ def test_fixed_path_jit_equals_eager_and_differentiates():
 
     def planner_blame(planner_logits, mode):
         c = dict(case, planner=planner_logits)
-        est = bj.mc_shapley_fixed(
+        est = bj.estimators.mc_shapley_fixed(
             bj.demos.refund_pipeline,
             structure,
             c,

@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 
 import blamejax as bj
-from blamejax import _noise as noise
-from blamejax._noise import gumbel_sites
+from blamejax.noise import _gumbel as noise
+from blamejax.noise import gumbel_sites
 
 NAMES = ("planner", "retriever", "writer", "reviewer", "verify", "étape-ü")
 
@@ -36,8 +36,8 @@ NAMES = ("planner", "retriever", "writer", "reviewer", "verify", "étape-ü")
 @pytest.mark.parametrize("name", NAMES)
 def test_stable_hash_is_crc32(name):
     expected = zlib.crc32(name.encode("utf-8")) & 0x7FFFFFFF
-    assert bj.stable_hash(name) == expected
-    assert 0 <= bj.stable_hash(name) < 2**31
+    assert bj.noise.stable_hash(name) == expected
+    assert 0 <= bj.noise.stable_hash(name) < 2**31
 
 
 def test_stable_hash_same_in_other_processes():
@@ -45,7 +45,7 @@ def test_stable_hash_same_in_other_processes():
     (`PYTHONHASHSEED`), while Python's own `hash` differs between them: the check would
     fail for a hash built on `hash`."""
     code = (
-        "import json, sys; from blamejax._noise import stable_hash; "
+        "import json, sys; from blamejax.noise import stable_hash; "
         "names = json.loads(sys.argv[1]); "
         "print(json.dumps([[stable_hash(n) for n in names], [hash(n) for n in names]]))"
     )
@@ -74,14 +74,14 @@ def test_stable_hash_same_in_other_processes():
     (stable_1, salted_1), (stable_2, salted_2) = results
     assert stable_1 == expected
     assert stable_2 == expected
-    assert stable_1 == [bj.stable_hash(n) for n in NAMES]
+    assert stable_1 == [bj.noise.stable_hash(n) for n in NAMES]
     # the salt really differs between the two processes
     assert salted_1 != salted_2
 
 
 def test_stable_hash_rejects_non_str():
     with pytest.raises(TypeError, match="`name` must be a str, got int"):
-        bj.stable_hash(3)
+        bj.noise.stable_hash(3)
 
 
 # --------------------------------------------------------------------------------------
@@ -94,13 +94,13 @@ def _bits(x):
 
 
 def test_gumbel_at_same_address_same_values():
-    key = bj.world_key(jr.key(3), 5, 2)
-    first = bj.gumbel_at(key, "retriever", 1, 6)
-    again = bj.gumbel_at(bj.world_key(jr.key(3), 5, 2), "retriever", 1, 6)
+    key = bj.noise.world_key(jr.key(3), 5, 2)
+    first = bj.noise.gumbel_at(key, "retriever", 1, 6)
+    again = bj.noise.gumbel_at(bj.noise.world_key(jr.key(3), 5, 2), "retriever", 1, 6)
     np.testing.assert_array_equal(_bits(first), _bits(again))
     # the same under jit, with a traced slot and traced failure / world indices
     jitted = jax.jit(
-        lambda f, w, slot: bj.gumbel_at(bj.world_key(jr.key(3), f, w), "retriever", slot, 6)
+        lambda f, w, slot: bj.noise.gumbel_at(bj.noise.world_key(jr.key(3), f, w), "retriever", slot, 6)
     )(jnp.int32(5), jnp.int32(2), jnp.int32(1))
     np.testing.assert_array_equal(_bits(first), _bits(jitted))
     assert np.all(np.isfinite(np.asarray(first)))
@@ -123,8 +123,8 @@ def test_gumbel_at_different_address_different_values(other):
 
     def draw(a):
         return np.asarray(
-            bj.gumbel_at(
-                bj.world_key(jr.key(a["root"]), a["failure"], a["world"]), a["step"], a["slot"], 8
+            bj.noise.gumbel_at(
+                bj.noise.world_key(jr.key(a["root"]), a["failure"], a["world"]), a["step"], a["slot"], 8
             )
         )
 
@@ -134,16 +134,16 @@ def test_gumbel_at_different_address_different_values(other):
 
 
 def test_gumbel_at_options_differ_and_do_not_depend_on_num_options():
-    key = bj.world_key(jr.key(11), 2, 1)
-    wide = np.asarray(bj.gumbel_at(key, "writer", 2, 12))
+    key = bj.noise.world_key(jr.key(11), 2, 1)
+    wide = np.asarray(bj.noise.gumbel_at(key, "writer", 2, 12))
     assert len(np.unique(wide)) == 12  # different option -> different value
     for num_options in (1, 3, 5, 11):
-        narrow = np.asarray(bj.gumbel_at(key, "writer", 2, num_options))
+        narrow = np.asarray(bj.noise.gumbel_at(key, "writer", 2, num_options))
         np.testing.assert_array_equal(_bits(narrow), _bits(wide[:num_options]))
 
 
 def test_gumbel_sites_rows_equal_gumbel_at():
-    key = bj.world_key(jr.key(4), 3, 0)
+    key = bj.noise.world_key(jr.key(4), 3, 0)
     steps = ("planner", "retriever", "retriever", "writer", "étape-ü")
     slots = (0, 0, 3, 1, 0)
     for num_options in (2, 7):
@@ -151,7 +151,7 @@ def test_gumbel_sites_rows_equal_gumbel_at():
         assert table.shape == (len(steps), num_options)
         for row, (step, slot) in zip(table, zip(steps, slots)):
             np.testing.assert_array_equal(
-                _bits(row), _bits(bj.gumbel_at(key, step, slot, num_options))
+                _bits(row), _bits(bj.noise.gumbel_at(key, step, slot, num_options))
             )
     jitted = jax.jit(lambda k: gumbel_sites(k, steps, slots, 7))(key)
     np.testing.assert_array_equal(_bits(jitted), _bits(gumbel_sites(key, steps, slots, 7)))
@@ -186,25 +186,25 @@ def test_fold_in_split_gumbel_uniform_equal_jax_random(data):
     assert ours == jr.key_data(jr.split(folded)).tolist()
     np.testing.assert_array_equal(_bits(noise._gumbels(folded)), _bits(jr.gumbel(folded)))
     np.testing.assert_array_equal(_bits(noise._gumbels(folded, 9)), _bits(jr.gumbel(folded, (9,))))
-    site = jr.fold_in(jr.fold_in(jr.fold_in(key, noise._UNIFORM_TAG), bj.stable_hash("w")), 2)
+    site = jr.fold_in(jr.fold_in(jr.fold_in(key, noise._UNIFORM_TAG), bj.noise.stable_hash("w")), 2)
     np.testing.assert_array_equal(
-        _bits(bj.uniform_at(key, "w", 2, data)), _bits(jr.uniform(jr.fold_in(site, data)))
+        _bits(bj.noise.uniform_at(key, "w", 2, data)), _bits(jr.uniform(jr.fold_in(site, data)))
     )
 
 
 def test_gumbel_at_is_jax_random_at_its_address():
-    key = bj.world_key(jr.key(5), 3, 2)
+    key = bj.noise.world_key(jr.key(5), 3, 2)
     reference_key = jr.fold_in(jr.fold_in(jr.key(5), 3), 2)
     assert jr.key_data(key).tolist() == jr.key_data(reference_key).tolist()
-    site = jr.fold_in(jr.fold_in(jr.fold_in(key, noise._GUMBEL_TAG), bj.stable_hash("writer")), 1)
+    site = jr.fold_in(jr.fold_in(jr.fold_in(key, noise._GUMBEL_TAG), bj.noise.stable_hash("writer")), 1)
     expected = np.stack([np.asarray(jr.gumbel(jr.fold_in(site, j))) for j in range(6)])
-    np.testing.assert_array_equal(_bits(bj.gumbel_at(key, "writer", 1, 6)), _bits(expected))
+    np.testing.assert_array_equal(_bits(bj.noise.gumbel_at(key, "writer", 1, 6)), _bits(expected))
 
 
 def _loop_reference(key, sites, num_options):
     rows = []
     for step, slot in sites:
-        site = jr.fold_in(jr.fold_in(jr.fold_in(key, noise._GUMBEL_TAG), bj.stable_hash(step)), slot)
+        site = jr.fold_in(jr.fold_in(jr.fold_in(key, noise._GUMBEL_TAG), bj.noise.stable_hash(step)), slot)
         rows.append([np.asarray(jr.gumbel(jr.fold_in(site, j))) for j in range(num_options)])
     return np.asarray(rows)
 
@@ -234,11 +234,11 @@ def test_gumbel_at_is_standard_gumbel():
     """Probabilistic (fixed seed): 20,000 addressed draws (options of one address and
     worlds of one step) have the mean (Euler's gamma), variance (pi^2/6) and CDF
     exp(-exp(-x)) of a standard Gumbel within 5 standard errors."""
-    key = bj.world_key(jr.key(0), 0, 0)
-    over_options = np.asarray(bj.gumbel_at(key, "planner", 0, 20_000), np.float64)
-    keys = jax.vmap(lambda w: bj.world_key(jr.key(0), 0, w))(jnp.arange(20_000))
+    key = bj.noise.world_key(jr.key(0), 0, 0)
+    over_options = np.asarray(bj.noise.gumbel_at(key, "planner", 0, 20_000), np.float64)
+    keys = jax.vmap(lambda w: bj.noise.world_key(jr.key(0), 0, w))(jnp.arange(20_000))
     over_worlds = np.asarray(
-        jax.vmap(lambda k: bj.gumbel_at(k, "planner", 0, 1)[0])(keys), np.float64
+        jax.vmap(lambda k: bj.noise.gumbel_at(k, "planner", 0, 1)[0])(keys), np.float64
     )
     for x in (over_options, over_worlds):
         n = x.size
@@ -370,16 +370,16 @@ def _plan_traces(pipeline, make_cases):
         world = bj.World(key=key)
 
         def trace(plan):
-            return bj.trace_run(pipeline, structure, case, world, plan)
+            return bj.pipeline.trace_run(pipeline, structure, case, world, plan)
 
         def fixed_one(mask):
-            return trace(bj.mask_plan(structure, players, fixes, mask))
+            return trace(bj.coalitions.mask_plan(structure, players, fixes, mask))
 
         return dict(
-            factual=trace(bj.factual_plan(structure)),
+            factual=trace(bj.pipeline.factual_plan(structure)),
             fixed_one=jax.vmap(fixed_one)(jnp.eye(num_steps, dtype=bool)),
-            fixed_all=trace(bj.mask_plan(structure, players, fixes, jnp.ones(num_steps, bool))),
-            forced=trace(bj.observed_plan(structure, forced_row)),
+            fixed_all=trace(bj.coalitions.mask_plan(structure, players, fixes, jnp.ones(num_steps, bool))),
+            forced=trace(bj.worlds.observed_plan(structure, forced_row)),
         )
 
     out = jax.jit(jax.vmap(run))(cases, keys, jnp.asarray(forced, jnp.int32))
@@ -393,7 +393,7 @@ def test_noise_does_not_depend_on_plan(pipeline, make_cases, parents):
     forced to some option."""
     structure, keys, out = _plan_traces(pipeline, make_cases)
     for i, site in enumerate(structure.sites):
-        addressed = jax.vmap(lambda k: bj.gumbel_at(k, site.step, site.slot, site.num_options))(
+        addressed = jax.vmap(lambda k: bj.noise.gumbel_at(k, site.step, site.slot, site.num_options))(
             keys
         )
         for name in ("factual", "fixed_all", "forced"):
@@ -489,11 +489,11 @@ def _unreached_runner(mode):
 
     def one_world(case, key):
         world = bj.World(key=key)
-        cube = bj.coalition_values(two_step, structure, case, world, players, fixes, mode)
+        cube = bj.coalitions.coalition_values(two_step, structure, case, world, players, fixes, mode)
 
         def traced(mask):
-            plan = bj.mask_plan(structure, players, fixes, mask)
-            out = bj.trace_run(two_step, structure, case, world, plan, mode)
+            plan = bj.coalitions.mask_plan(structure, players, fixes, mask)
+            out = bj.pipeline.trace_run(two_step, structure, case, world, plan, mode)
             return out["choice"], out["score"]
 
         choices, scores = jax.vmap(traced)(masks)
@@ -539,13 +539,13 @@ def test_neg_inf_in_unreached_row_relaxed_gradient_is_finite():
     -inf alone would give NaN)."""
     case = _first(_unreached_cases(np.random.default_rng(4), 1, "finite"))
     structure = bj.discover(two_step, case)
-    world = bj.World(key=bj.world_key(jr.key(0), 0, 1))
-    plan = bj.factual_plan(structure)
+    world = bj.World(key=bj.noise.world_key(jr.key(0), 0, 1))
+    plan = bj.pipeline.factual_plan(structure)
 
     @jax.jit
     def value_and_grad(tables):
         def score(tables):
-            return bj.run_score(
+            return bj.pipeline.run_score(
                 two_step, structure, {**case, **tables}, world, plan, bj.Relaxed(tau=0.5)
             )
 

@@ -83,8 +83,8 @@ def test_injection_replays_the_prefix_and_restores_the_clean_run():
     failed = bj.replay(pipeline, failures.cases, failures.worlds)
 
     def fixed_run(case, world, mask):  # the label's fix alone, one failure
-        plan = bj.mask_plan(structure, tuple(range(n)), (1,) * n, mask)
-        return bj.trace_run(pipeline, structure, case, _subset(world, 0), plan)
+        plan = bj.coalitions.mask_plan(structure, tuple(range(n)), (1,) * n, mask)
+        return bj.pipeline.trace_run(pipeline, structure, case, _subset(world, 0), plan)
 
     masks = np.arange(n)[None, :] == culprit[:, None]
     fixed = jax.jit(jax.vmap(fixed_run))(failures.cases, failures.worlds, masks)

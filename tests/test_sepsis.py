@@ -53,7 +53,7 @@ def sepsis():
 
 
 def _rollouts(sepsis, key, num_samples, episodes=slice(None)):
-    return bj.counterfactual_rollouts(
+    return bj.mdp.counterfactual_rollouts(
         key,
         sepsis["transition_logits"],
         sepsis["rewards"],
@@ -154,12 +154,12 @@ def test_agrees_with_inferred_worlds_and_replay(sepsis):
         sepsis[k][:num_episodes] for k in ("actions", "states", "next_states")
     )
     tables = (sepsis["transition_logits"], jnp.asarray(sepsis["rewards"]), sepsis["policy_logits"])
-    cases = bj.MDPEpisode(
+    cases = bj.mdp.MDPEpisode(
         *(jnp.broadcast_to(x, (num_episodes,) + x.shape) for x in tables),
         first_state=jnp.asarray(states[:, 0], jnp.int32),
         observed_actions=jnp.asarray(np.where(actions >= 0, actions, -1), jnp.int32),
     )
-    structure = bj.discover(bj.mdp_pipeline, jax.tree_util.tree_map(lambda x: x[0], cases))
+    structure = bj.discover(bj.mdp.mdp_pipeline, jax.tree_util.tree_map(lambda x: x[0], cases))
     # The observed option of every draw site; after an observed episode ended, any possible
     # continuation (its abducted noise is then marked invalid).
     observed = np.zeros((num_episodes, len(structure.sites)), np.int32)
@@ -174,14 +174,14 @@ def test_agrees_with_inferred_worlds_and_replay(sepsis):
             reward = model_rewards[action, state, nxt] if running else 0.0
             state = nxt if running else state
             running = running and reward == 0
-    worlds = bj.inferred_worlds(bj.mdp_pipeline, cases, observed, 0, num_samples)
+    worlds = bj.inferred_worlds(bj.mdp.mdp_pipeline, cases, observed, 0, num_samples)
     valid = []
     for site in structure.sites:
         keep = (actions[:, site.slot] >= 0) & (site.step == "transition")
         valid.append(jnp.broadcast_to(jnp.asarray(keep)[:, None], (num_episodes, num_samples)))
     worlds = bj.World(key=worlds.key, overrides=worlds.overrides, valid=tuple(valid))
 
-    generic = bj.replay(bj.mdp_pipeline, cases, worlds, plan=bj.mdp_policy_plan(structure))
+    generic = bj.replay(bj.mdp.mdp_pipeline, cases, worlds, plan=bj.mdp.mdp_policy_plan(structure))
     mine = _rollouts(sepsis, 0, num_samples, episodes=slice(0, num_episodes))
     policy_sites = [structure.site_index("policy", t) for t in range(20)]
     transition_sites = [structure.site_index("transition", t) for t in range(20)]
@@ -195,7 +195,7 @@ def test_agrees_with_inferred_worlds_and_replay(sepsis):
     )
     np.testing.assert_allclose(np.asarray(generic["score"]), np.asarray(mine.returns))
 
-    factual = bj.replay(bj.mdp_pipeline, cases, worlds)
+    factual = bj.replay(bj.mdp.mdp_pipeline, cases, worlds)
     obs_running = np.broadcast_to((actions >= 0)[:, None, :], running.shape)
     drawn = np.asarray(factual["choice"])[..., transition_sites]
     np.testing.assert_array_equal(
@@ -219,8 +219,8 @@ def test_per_step_against_reference_samples(sepsis):
 
     - Steps where (a', s') == (a, s), or where P(. | a', s') has one possible state, are
       certain (p_m = 1): there every reference next state must be m (checked exactly).
-    - For the others, the posterior is estimated with `bj.abduct_gumbels` +
-      `bj.gumbel_max`, pooled over steps that share (a, s, x, a', s'), on the options
+    - For the others, the posterior is estimated with `bj.noise.abduct_gumbels` +
+      `bj.noise.gumbel_max`, pooled over steps that share (a, s, x, a', s'), on the options
       possible under either row (the others never win and, abduction being independent
       per option, do not change the distribution). m is chosen from one set of draws and
       p_m estimated from another, independent one (so choosing m cannot bias p_m); the
@@ -283,8 +283,8 @@ def test_per_step_against_reference_samples(sepsis):
     @jax.jit
     def counterfactual_draws(key, tuple_ids):
         def one(i, u):
-            gumbels = bj.abduct_gumbels(jr.fold_in(key, i), obs_logits[u], winner[u])
-            return bj.gumbel_max(cf_logits[u], gumbels)
+            gumbels = bj.noise.abduct_gumbels(jr.fold_in(key, i), obs_logits[u], winner[u])
+            return bj.noise.gumbel_max(cf_logits[u], gumbels)
 
         return jax.vmap(one)(jnp.arange(tuple_ids.shape[0]), tuple_ids)
 
@@ -341,7 +341,7 @@ def _tiny():
 def test_tiny_mdp_is_valid():
     """The made-up MDP itself passes the checks, so each bad-input test below fails for
     the reason it names."""
-    from blamejax._mdp import _check_inputs
+    from blamejax.mdp._episode import _check_inputs
 
     args = _tiny()
     tables, observed = _check_inputs(*args.values())
@@ -390,13 +390,13 @@ def test_bad_input(name, value, match):
     args = _tiny()
     args[name] = value
     with pytest.raises(ValueError, match=match):
-        bj.counterfactual_rollouts(0, num_samples=2, **args)
+        bj.mdp.counterfactual_rollouts(0, num_samples=2, **args)
 
 
 def test_bad_num_samples():
     with pytest.raises(ValueError, match=r"`num_samples` must be a positive int, got 0"):
-        bj.counterfactual_rollouts(0, num_samples=0, **_tiny())
+        bj.mdp.counterfactual_rollouts(0, num_samples=0, **_tiny())
     with pytest.raises(TypeError, match=r"`rewards` must be a floating-point array"):
-        bj.counterfactual_rollouts(
+        bj.mdp.counterfactual_rollouts(
             0, num_samples=1, **{**_tiny(), "rewards": np.zeros((2, 3, 3), int)}
         )

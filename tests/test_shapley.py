@@ -86,7 +86,7 @@ def test_axioms(n):
 @pytest.mark.parametrize("n", range(2, 9))
 def test_split_reduction_equals_brute_force_float64(n, monkeypatch):
     """The two-halves reduction used from n = 18 on, forced at small n."""
-    monkeypatch.setattr(bj._shapley, "_SPLIT_FROM", 2)
+    monkeypatch.setattr(bj.reduction._shapley, "_SPLIT_FROM", 2)
     with jax.enable_x64(True):
         for seed in range(3):
             v = np.random.default_rng([n, seed, 7]).normal(size=1 << n)
@@ -100,7 +100,7 @@ def test_split_reduction_equals_divide_and_conquer_at_n18(monkeypatch):
     v = np.random.default_rng(18).normal(size=1 << 18)
     with jax.enable_x64(True):
         split = np.asarray(attribute(jnp.asarray(v), interactions=False).shapley)
-        monkeypatch.setattr(bj._shapley, "_SPLIT_FROM", 99)
+        monkeypatch.setattr(bj.reduction._shapley, "_SPLIT_FROM", 99)
         pairwise = np.asarray(attribute(jnp.asarray(v), interactions=False).shapley)
     np.testing.assert_allclose(split, pairwise, rtol=0, atol=1e-12)
 
@@ -118,7 +118,7 @@ def test_float32_close_to_float64(n):
 
 
 def test_weights_are_exact():
-    w = bj._shapley.shapley_weights(30)
+    w = bj.reduction._shapley.shapley_weights(30)
     assert w[0] == 1 / 30 and abs(w.sum() * 30 - sum(1 / math.comb(29, s) for s in range(30)) * 1) < 1e-12
     assert np.all(w > 0)
 

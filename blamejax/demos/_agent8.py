@@ -284,14 +284,14 @@ def _antithetic_ratios(games):
         n = structure.num_steps
         table = jax.jit(
             jax.vmap(
-                lambda c, k: bj.coalition_values(
+                lambda c, k: bj.coalitions.coalition_values(
                     pipeline, structure, c, bj.World(key=k[0]), tuple(range(n)), (1,) * n
                 )
             )
         )(cases, worlds.key)
         plain, anti = [], []
         for v in np.asarray(table):
-            s = bj.sampling_variance(v)
+            s = bj.estimators.sampling_variance(v)
             plain.append(s.plain.sum())
             anti.append(2 * s.antithetic.sum())
         plain, anti = np.asarray(plain), np.asarray(anti)

@@ -265,7 +265,7 @@ def run_demo(args) -> int:
     fresh = bj.contrastive(
         interaction_pipeline, cases, worlds, num_rollouts=rollouts, downstream="fresh"
     )
-    game = bj.resample_shapley(interaction_pipeline, cases, worlds, num_rollouts=rollouts)
+    game = bj.interventions.resample_shapley(interaction_pipeline, cases, worlds, num_rollouts=rollouts)
     oracle = bj.exact_blame(
         interaction_pipeline, cases, worlds, fixes={"id_check": 2, "fraud_check": 2}
     )
@@ -306,10 +306,10 @@ def run_demo(args) -> int:
     )
 
     # 3. Replay fidelity.
-    fidelity_recorded = bj.replay_fidelity(interaction_pipeline, cases, worlds, observed)
-    fidelity_inferred = bj.replay_fidelity(interaction_pipeline, cases, inferred, observed)
+    fidelity_recorded = bj.worlds.replay_fidelity(interaction_pipeline, cases, worlds, observed)
+    fidelity_inferred = bj.worlds.replay_fidelity(interaction_pipeline, cases, inferred, observed)
     fresh_worlds = bj.fresh_worlds(seed, len(ids), 8)
-    fidelity_fresh = bj.replay_fidelity(interaction_pipeline, cases, fresh_worlds, observed)
+    fidelity_fresh = bj.worlds.replay_fidelity(interaction_pipeline, cases, fresh_worlds, observed)
     print("3. Replay fidelity (share of draws whose replayed choice equals the record):")
     print(
         f"   recorded noise {fidelity_recorded.rate:.3f}, abducted noise {fidelity_inferred.rate:.3f}, "

@@ -1,0 +1,141 @@
+"""Argument checks shared by every entry point: each raises a `TypeError`/`ValueError` that names
+the argument as the user typed it, what was expected and what was received.
+
+They run eagerly, on the host, before anything is compiled.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+from jaxtyping import PRNGKeyArray
+
+from .pipeline import Structure, World
+
+
+def as_key(key) -> PRNGKeyArray:
+    """Accept an int seed or a typed key at the outermost API and return a typed key."""
+    if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+        return jr.key(int(key))
+    if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        if key.shape != ():
+            raise ValueError(f"`key` must be a single key, got a key array of shape {key.shape}")
+        return key
+    if isinstance(key, jax.Array) and key.dtype == jnp.uint32 and key.shape == (2,):
+        return jr.wrap_key_data(key)
+    raise TypeError(
+        f"`key` must be an int seed or a `jax.random.key(...)`, got {type(key).__name__}"
+    )
+
+
+def leading_size(cases) -> int:
+    leaves = jax.tree_util.tree_leaves(cases)
+    if not leaves:
+        raise ValueError("`cases` is empty: it must be a pytree of arrays with a leading failure axis")
+    sizes = {np.shape(leaf)[0] if np.ndim(leaf) else None for leaf in leaves}
+    if None in sizes or len(sizes) != 1:
+        shapes = [np.shape(leaf) for leaf in leaves]
+        raise ValueError(
+            f"every leaf of `cases` must share one leading failure axis, got shapes {shapes}"
+        )
+    size = sizes.pop()
+    if size == 0:
+        raise ValueError("`cases` holds zero failures; there is nothing to blame")
+    return int(size)
+
+
+def check_score_range(score_range) -> tuple[float, float]:
+    try:
+        low, high = (float(x) for x in score_range)
+    except (TypeError, ValueError):
+        raise TypeError(f"`score_range` must be a pair (low, high), got {score_range!r}") from None
+    if not (np.isfinite(low) and np.isfinite(high) and low < high):
+        raise ValueError(f"`score_range` must be finite with low < high, got {score_range!r}")
+    return low, high
+
+
+def check_worlds(worlds: World, num_failures: int, structure: Structure) -> int:
+    """Check that `worlds` has keys `[F, W]` (and matching overrides); return W."""
+    if not isinstance(worlds, World):
+        raise TypeError(
+            f"`worlds` must be a blamejax.World (see recorded_worlds, fresh_worlds, "
+            f"inferred_worlds), got {type(worlds).__name__}"
+        )
+    shape = tuple(worlds.key.shape)
+    if len(shape) != 2 or shape[0] != num_failures:
+        raise ValueError(
+            f"`worlds.key` must have shape [F, W] = [{num_failures}, W], got {shape}"
+        )
+    if shape[1] == 0:
+        raise ValueError("`worlds` holds W = 0 worlds per failure; need at least one")
+    if worlds.overrides is not None:
+        if len(worlds.overrides) != len(structure.sites):
+            raise ValueError(
+                f"`worlds.overrides` must hold one array per draw site ({len(structure.sites)}), "
+                f"got {len(worlds.overrides)}"
+            )
+        for site, override in zip(structure.sites, worlds.overrides):
+            if tuple(override.shape) != shape + (site.num_options,):
+                raise ValueError(
+                    f"`worlds.overrides` for step {site.step!r} must have shape "
+                    f"{shape + (site.num_options,)}, got {tuple(override.shape)}"
+                )
+    return shape[1]
+
+
+def resolve_players(structure: Structure, steps, fixes) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Check `steps` (the players; default every step) and `fixes` (step -> fix variant,
+    default 1) against the pipeline, and return (player indices, fix variants)."""
+    if steps is None:
+        names = list(structure.steps)
+    else:
+        if isinstance(steps, str) or not all(isinstance(s, str) for s in steps):
+            raise TypeError(f"`steps` must be a sequence of step names, got {steps!r}")
+        names = list(steps)
+        if len(set(names)) != len(names):
+            raise ValueError(f"`steps` lists a step twice: {names}")
+    players = tuple(structure.step_index(s) for s in names)
+    fixes = dict(fixes or {})
+    for name in fixes:
+        structure.step_index(name)  # unknown names raise
+        if name not in names:
+            raise ValueError(f"`fixes` names step {name!r}, which is not among `steps` {names}")
+    variants = []
+    for name, p in zip(names, players):
+        num_variants = structure.num_variants[p]
+        fix = fixes.get(name, 1)
+        if num_variants < 2:
+            raise ValueError(
+                f"step {name!r} has no fix: its logits have {num_variants} variant on axis 0 "
+                "(variant 0 is the factual run); add a fix variant or leave the step out of `steps`"
+            )
+        if not isinstance(fix, (int, np.integer)) or not 1 <= fix < num_variants:
+            raise ValueError(
+                f"`fixes[{name!r}]` must be a variant in [1, {num_variants}), got {fix!r}"
+            )
+        variants.append(int(fix))
+    return players, tuple(variants)
+
+
+def check_delta(delta) -> float:
+    if not isinstance(delta, (float, int)) or isinstance(delta, bool) or not 0 < delta < 1:
+        raise ValueError(f"`delta` must be an error level in (0, 1), got {delta!r}")
+    return float(delta)
+
+
+def check_positive_int(value, argument: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"`{argument}` must be a positive int, got {value!r}")
+    return int(value)
+
+
+def check_threshold(threshold) -> float:
+    if (
+        isinstance(threshold, bool)
+        or not isinstance(threshold, (int, float))
+        or not np.isfinite(threshold)
+    ):
+        raise ValueError(f"`threshold` must be a finite number, got {threshold!r}")
+    return float(threshold)

@@ -1,0 +1,350 @@
+"""Exact blame: every coalition of every failure, in one compiled call per chunk.
+
+The score table `v[F, W, 2**n]` is never held whole. Failures are processed in chunks
+(a host loop over one compiled function); inside a chunk, worlds are either vmapped or
+scanned in groups, their mean is taken, and it is reduced to attributions at once.
+Chunk sizes are powers of two, so a batch of any size compiles at most a few times.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float, Int
+
+from .._checks import check_score_range, check_worlds, leading_size, resolve_players
+from ..coalitions import coalition_values, last_step_blame
+from ..pipeline import Hard, World, check_finite_logits, discover_batch, world_noise
+from ..reduction import attribute
+from ..report import number, step_rows
+
+DEFAULT_MAX_STEPS = 20
+DEFAULT_BUDGET = 2**21  # scores (failure x world x coalition) per compiled call
+
+# Number of times each compiled chunk function has been traced (tests guard recompiles).
+TRACE_COUNTS: dict = {}
+_CACHE: dict = {}
+
+
+class ExactResult(eqx.Module):
+    """Exact attributions of F failures over the n steps in `steps`.
+
+    - `steps`: the step names (static), the order of every `n` axis below.
+    - `shapley`, `banzhaf`, `fix_alone`, `leave_one_out`: `Float[Array, "F n"]`.
+    - `interactions`: `Float[Array, "F n n"]` (pairwise Shapley interaction index, zero
+      diagonal) or `None` when not requested.
+    - `empty`, `full`: `Float[Array, "F"]`, v(empty) (the failed run, mean over worlds) and
+      v(all) (the fully fixed run).
+    - `last_step`: `Int[Array, "F W"]`, per world the index of the last step whose output
+      differs between the failed and the fully fixed run, -1 if none (the naive baseline).
+    - `score_range`: the declared (low, high) of the score.
+    """
+
+    steps: tuple[str, ...] = eqx.field(static=True)
+    shapley: Float[Array, "F n"]
+    banzhaf: Float[Array, "F n"]
+    fix_alone: Float[Array, "F n"]
+    leave_one_out: Float[Array, "F n"]
+    interactions: Float[Array, "F n n"] | None
+    empty: Float[Array, " F"]
+    full: Float[Array, " F"]
+    last_step: Int[Array, "F W"]
+    score_range: tuple[float, float] = eqx.field(static=True)
+
+    @property
+    def total(self) -> Float[Array, " F"]:
+        """The total repair `v(all) - v(empty)` per failure (the Shapley values sum to it)."""
+        return self.full - self.empty
+
+    @property
+    def num_failures(self) -> int:
+        return int(self.shapley.shape[0])
+
+    def table(self, failure: int = 0, digits: int = 4) -> str:
+        """A plain-text table of every rule side by side for one failure."""
+        if not 0 <= failure < self.num_failures:
+            raise ValueError(f"`failure` must be in [0, {self.num_failures}), got {failure}")
+        last = np.asarray(self.last_step[failure])
+        share = [np.mean(last == i) for i in range(len(self.steps))]  # over worlds
+        lines = step_rows(
+            self.steps,
+            [
+                ("shapley", 9, number(self.shapley[failure], digits)),
+                ("banzhaf", 9, number(self.banzhaf[failure], digits)),
+                ("fix-alone", 9, number(self.fix_alone[failure], digits)),
+                ("leave-1-out", 11, number(self.leave_one_out[failure], digits)),
+                ("last-step", 9, number(share, 2)),
+            ],
+        )
+        lines.append(
+            f"v(empty) = {float(self.empty[failure]):.{digits}f}, v(all) = "
+            f"{float(self.full[failure]):.{digits}f}, total repair = {float(self.total[failure]):.{digits}f}"
+        )
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        """Plain Python lists, ready for `json.dump`."""
+        out = dict(steps=list(self.steps), score_range=list(self.score_range))
+        for name in ("shapley", "banzhaf", "fix_alone", "leave_one_out", "interactions", "empty", "full", "last_step"):
+            value = getattr(self, name)
+            out[name] = None if value is None else np.asarray(value).tolist()
+        return out
+
+
+def _bucket(count: int, chunk: int) -> int:
+    """The smallest bucket size >= count, capped at the chunk size. Buckets keep four
+    significant bits (1..16, then 18, 20, ..., 32, 36, 40, ...): less than an eighth of a
+    call is padding, and a batch of any size compiles at most eight shapes per doubling."""
+    step = 1 << max(0, count.bit_length() - 4)
+    return min(chunk, -(-count // step) * step)
+
+
+def _chunk_function(pipeline, structure, players, fixes, mode, interactions, world_group):
+    cache_key = (pipeline, structure, players, fixes, mode, interactions, world_group)
+    if cache_key in _CACHE:
+        return _CACHE[cache_key]
+    bits = np.array([1 << j for j in range(len(players))])
+
+    def cube(case, world):
+        # The world's noise is computed once and shared by the coalition table and the
+        # last-step baseline.
+        noise = world_noise(structure, world)
+        v = coalition_values(pipeline, structure, case, world, players, fixes, mode, noise)
+        last = last_step_blame(pipeline, structure, case, world, players, fixes, mode, noise)
+        return (v,) + _min_max(v) + (jnp.asarray(last, jnp.int32),)
+
+    def per_failure(case, worlds, threshold):
+        num_worlds = worlds.key.shape[0]
+
+        def hit(v):  # whether fixing each player alone reaches `threshold` (zeros without one)
+            if threshold is None:
+                return jnp.zeros(v.shape[:-1] + (len(players),), v.dtype)
+            return (v[..., bits] >= threshold).astype(v.dtype)
+
+        if num_worlds == 1:  # no world axis: the gathers index two axes, not three
+            world = jax.tree_util.tree_map(lambda x: x[0], worlds)
+            total, lo, hi, last = cube(case, world)
+            hits, last = hit(total), last[None]
+        elif world_group >= num_worlds:
+            v, lo, hi, last = jax.vmap(cube, in_axes=(None, 0))(case, worlds)
+            total, lo, hi, hits = v.sum(0), lo.min(), hi.max(), hit(v).sum(0)
+        else:
+            groups = jax.tree_util.tree_map(
+                lambda x: x.reshape((num_worlds // world_group, world_group) + x.shape[1:]), worlds
+            )
+
+            def body(carry, group):
+                total, lo, hi, hits = carry
+                v, low, high, last = jax.vmap(cube, in_axes=(None, 0))(case, group)
+                carry = (total + v.sum(0), jnp.minimum(lo, low.min()), jnp.maximum(hi, high.max()), hits + hit(v).sum(0))
+                return carry, last
+
+            size = 1 << len(players)
+            init = (jnp.zeros(size), jnp.asarray(jnp.inf), jnp.asarray(-jnp.inf), jnp.zeros(len(players)))
+            (total, lo, hi, hits), last = jax.lax.scan(body, init, groups)
+            last = last.reshape(num_worlds)
+        mean = total / num_worlds
+        attribution = attribute(mean, interactions=interactions)
+        return attribution, lo, hi, last, hits / num_worlds
+
+    def chunk(cases, worlds, threshold=None):
+        """Attributions and last-step blame of a chunk of failures, the score range and
+        NaN check (`stats`), and, when `threshold` is given, the share of worlds in which
+        fixing each player alone reaches it (`[F, n]`; zeros otherwise)."""
+        TRACE_COUNTS[cache_key] = TRACE_COUNTS.get(cache_key, 0) + 1
+        attribution, lo, hi, last, resolve = jax.vmap(per_failure, in_axes=(0, 0, None))(cases, worlds, threshold)
+        # [lowest score, highest score, any NaN/+inf logits]: one small transfer to check.
+        stats = jnp.stack([lo.min(), hi.max(), _non_finite(cases).astype(lo.dtype)])
+        return attribution, last, stats, resolve
+
+    compiled = jax.jit(chunk)
+    _CACHE[cache_key] = compiled
+    return compiled
+
+
+def _non_finite(cases):
+    """True when a floating leaf of `cases` holds NaN or +inf (-inf is allowed)."""
+    flags = [
+        jnp.any(jnp.isnan(x) | jnp.isposinf(x))
+        for x in jax.tree_util.tree_leaves(cases)
+        if jnp.issubdtype(x.dtype, jnp.floating)
+    ]
+    return jnp.any(jnp.stack(flags)) if flags else jnp.asarray(False)
+
+
+def _failure_sharding(devices):
+    """`NamedSharding` that splits a leading failure axis over `devices` (None: all devices
+    of the default backend), or None when there is only one device."""
+    if devices is None:
+        devices = jax.devices()
+    devices = list(devices)
+    if not devices or not all(isinstance(d, jax.Device) for d in devices):
+        raise TypeError(f"`devices` must be a non-empty sequence of jax devices, got {devices!r}")
+    if len(devices) == 1:
+        return None
+    mesh = jax.sharding.Mesh(np.asarray(devices), ("failures",))
+    return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("failures"))
+
+
+@jax.jit
+def _take(tree, index):
+    """Rows `index` of every leaf (on the device): one chunk of failures, padded."""
+    return jax.tree_util.tree_map(lambda x: x[index], tree)
+
+
+@functools.partial(jax.jit, static_argnums=(1,))
+def _join(pieces, counts):
+    """Concatenate the chunks' outputs, dropping each chunk's padding (one compiled call)."""
+    return jax.tree_util.tree_map(
+        lambda *xs: jnp.concatenate([x[:count] for x, count in zip(xs, counts)]), *pieces
+    )
+
+
+def _min_max(v):
+    """`(v.min(), v.max())` in one pass: one fused reduction, where two separate ones each
+    re-read (and, after the coalition vmaps, re-layout) the whole score table."""
+    init = (jnp.asarray(jnp.inf, v.dtype), jnp.asarray(-jnp.inf, v.dtype))
+
+    def combine(a, b):
+        return jnp.minimum(a[0], b[0]), jnp.maximum(a[1], b[1])
+
+    return jax.lax.reduce((v, v), init, combine, tuple(range(v.ndim)))
+
+
+def exact_blame(
+    pipeline: Callable,
+    cases,
+    worlds: World,
+    *,
+    steps: Sequence[str] | None = None,
+    fixes: dict | None = None,
+    score_range: tuple[float, float] = (0.0, 1.0),
+    interactions: bool = False,
+    mode=Hard(),
+    max_steps: int = DEFAULT_MAX_STEPS,
+    chunk_size: int | None = None,
+    devices: Sequence | None = None,
+) -> ExactResult:
+    """Exact Shapley values (and Banzhaf, fix-alone, leave-one-out, pairwise interactions
+    and last-step blame) of every failure, over every coalition of its steps' fixes.
+
+    **Arguments:**
+    - `pipeline`: `pipeline(ctx, case) -> score`, written for one failure, one world, one plan.
+    - `cases`: a pytree of arrays with a leading failure axis F (the logits tables).
+    - `worlds`: a `World` with keys `[F, W]` (`recorded_worlds`, `fresh_worlds`,
+      `inferred_worlds`); values are averaged over the W worlds.
+    - `steps`: the steps to blame (the players), default every step, in pipeline order.
+    - `fixes`: `{step: variant}`, which variant is each step's fix (default 1).
+    - `score_range`: the declared range of the score; a score outside it is an error.
+    - `interactions`: also compute the pairwise Shapley interaction index (off by default:
+      it costs about 4x the reduction and n^2 memory per failure).
+    - `mode`: `Hard()` (exact Gumbel-max) or `Relaxed(tau)`.
+    - `max_steps`: the largest n allowed (2^n coalitions); raise it deliberately.
+    - `chunk_size`: failures per compiled call (a power of two). By default chosen so that
+      a call holds at most about 2 million scores; memory is bounded by it, not by F.
+    - `devices`: the devices to spread each call's failures over (`jax.sharding`: a 1-D
+      `Mesh` and the failure axis sharded along it). Default: every device of the default
+      backend, so on one CPU or one GPU nothing changes; `[jax.devices()[0]]` keeps a
+      call on one device.
+
+    **Returns:** an `ExactResult`.
+
+    **Raises:** `ValueError`/`TypeError` that names the argument for malformed cases,
+    worlds, steps or fixes; n above `max_steps`; NaN logits; scores outside `score_range`.
+
+    ```python
+    import blamejax as bj
+    cases = bj.demos.refund_cases(num_cases=1)
+    result = bj.exact_blame(bj.demos.refund_pipeline, cases, bj.recorded_worlds(0, 1))
+    print(result.table())
+    ```
+    """
+    return _exact_run(
+        pipeline, cases, worlds, steps, fixes, score_range, interactions, mode, max_steps, chunk_size, devices
+    )[0]
+
+
+def _exact_run(
+    pipeline, cases, worlds, steps, fixes, score_range, interactions, mode, max_steps, chunk_size, devices, threshold=None
+):
+    """`exact_blame`, and (for `blame_batch`) with `threshold` given, the share of worlds in
+    which fixing each player alone reaches it, `[F, n]`, from the same coalition tables."""
+    num_failures = leading_size(cases)
+    lo_decl, hi_decl = check_score_range(score_range)
+    # On the device once (a no-op for JAX arrays), and sliced there.
+    cases = jax.tree_util.tree_map(lambda x: x if isinstance(x, jax.Array) else jnp.asarray(x), cases)
+    structure = discover_batch(pipeline, cases)
+    players, variants = resolve_players(structure, steps, fixes)
+    n = len(players)
+    if not isinstance(max_steps, int) or max_steps < 1:
+        raise ValueError(f"`max_steps` must be a positive int, got {max_steps!r}")
+    if n > max_steps:
+        raise ValueError(
+            f"exact Shapley over n = {n} steps needs 2^{n} coalitions per failure and world, "
+            f"above `max_steps` = {max_steps}; use Monte Carlo sampling "
+            "(blamejax.mc_shapley) or raise `max_steps` deliberately"
+        )
+    num_worlds = check_worlds(worlds, num_failures, structure)
+    size = 1 << n
+    world_group = num_worlds
+    while world_group > 1 and world_group * size > DEFAULT_BUDGET:
+        world_group -= 1
+        while num_worlds % world_group:
+            world_group -= 1
+    if chunk_size is None:
+        chunk_size = max(1, DEFAULT_BUDGET // (world_group * size))
+        chunk_size = 1 << (chunk_size.bit_length() - 1)
+    elif not isinstance(chunk_size, int) or chunk_size < 1 or chunk_size & (chunk_size - 1):
+        raise ValueError(f"`chunk_size` must be a positive power of two, got {chunk_size!r}")
+    function = _chunk_function(pipeline, structure, players, variants, mode, interactions, world_group)
+    sharding = _failure_sharding(devices)
+    width = 1 if sharding is None else sharding.mesh.size
+    chunk_size = max(chunk_size, width)
+    pieces, stats = [], []
+    for start in range(0, num_failures, chunk_size):
+        stop = min(start + chunk_size, num_failures)
+        bucket = -(-_bucket(stop - start, chunk_size) // width) * width  # whole rows per device
+        if start == 0 and bucket == num_failures:
+            chunk_cases, chunk_worlds = cases, worlds  # one call, no padding: no copies
+        else:
+            index = np.arange(start, start + bucket)
+            index = np.where(index < stop, index, start)  # pad with a real failure, dropped below
+            chunk_cases, chunk_worlds = _take((cases, worlds), jnp.asarray(index, jnp.int32))
+        if sharding is not None:
+            chunk_cases, chunk_worlds = jax.device_put((chunk_cases, chunk_worlds), sharding)
+        attribution, last, chunk_stats, resolve = function(chunk_cases, chunk_worlds, threshold)
+        pieces.append((attribution, last, resolve, stop - start))
+        stats.append(chunk_stats)
+    stats = np.asarray(stats[0])[None] if len(stats) == 1 else np.stack([np.asarray(x) for x in stats])
+    if stats[:, 2].any():
+        check_finite_logits(cases)  # raises, naming the leaf and the index
+    low, high = float(stats[:, 0].min()), float(stats[:, 1].max())
+    if low < lo_decl or high > hi_decl:
+        raise ValueError(
+            f"the pipeline returned scores in [{low}, {high}], outside the declared "
+            f"`score_range` {score_range}; declare the true range (the confidence bounds use it)"
+        )
+    if len(pieces) == 1 and pieces[0][1].shape[0] == num_failures:
+        attribution, last, resolve, _ = pieces[0]
+    else:
+        attribution, last, resolve = _join(tuple(p[:3] for p in pieces), tuple(p[3] for p in pieces))
+    result = ExactResult(
+        steps=tuple(structure.steps[p] for p in players),
+        shapley=attribution.shapley,
+        banzhaf=attribution.banzhaf,
+        fix_alone=attribution.fix_alone,
+        leave_one_out=attribution.leave_one_out,
+        interactions=attribution.interactions,
+        empty=attribution.empty,
+        full=attribution.full,
+        last_step=last,
+        score_range=(lo_decl, hi_decl),
+    )
+    return result, (None if threshold is None else resolve)
+
+

@@ -1,0 +1,375 @@
+"""The pipeline API: a pipeline is `pipeline(ctx, case) -> score`, written for one failure,
+one world and one plan. The context `ctx` owns the plan (what each step does in this run),
+the world (its noise) and the sampling rule (hard Gumbel-max or relaxed Gumbel-softmax).
+
+```python
+def refund(ctx, case):
+    plan = ctx.choose("planner", case.planner)                 # table [V, K]
+    doc = ctx.choose("retriever", case.retriever, given=plan)  # table [V, K_plan, K]
+    return doc.take(case.doc_is_right)                          # score in [0, 1]
+```
+
+`ctx` calls must not sit inside a `lax.cond`, `lax.scan` or `lax.while_loop` of the user's
+own: the context would leak tracers out of them. Use Python control flow over a static
+number of steps, and `jnp.where` for data-dependent choices.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
+
+from ..noise import fresh_key, gumbel_at, gumbel_sites
+
+_NEG_LARGE = -1e30  # stands in for -inf inside softmax so no row becomes NaN
+
+
+class Hard(eqx.Module):
+    """Exact Gumbel-max sampling: `argmax(l + g)`; choices are integers."""
+
+    def __check_init__(self):
+        pass
+
+
+class Relaxed(eqx.Module):
+    """Gumbel-softmax sampling `softmax((l + g) / tau)` with the same addressed noise.
+
+    With `straight_through=True` the forward values are the hard one-hot choices and the
+    gradients are those of the relaxed probabilities.
+    """
+
+    tau: Float[Array, ""] | float = 1.0
+    straight_through: bool = eqx.field(static=True, default=False)
+
+    def __check_init__(self):
+        if not isinstance(self.tau, jax.core.Tracer):
+            tau = np.asarray(self.tau)
+            if tau.shape != () or not bool(tau > 0):
+                raise ValueError(f"`tau` must be a positive scalar temperature, got {self.tau!r}")
+
+
+class Choice(eqx.Module):
+    """What one draw chose.
+
+    - `index`: `Int[Array, ""]`, the chosen option (in relaxed mode, the most probable one).
+    - `probs`: `Float[Array, "K"]` in relaxed mode, `None` in hard mode.
+    - `num_options`: K.
+    """
+
+    index: Int[Array, ""]
+    probs: Float[Array, " K"] | None
+    num_options: int = eqx.field(static=True)
+
+    def take(self, table):
+        """Read `table[index]` (hard) or `probs @ table` (relaxed).
+
+        `table` has the options on its first axis, `[K, ...]`. In relaxed mode it must be
+        finite (a `-inf` entry would give `0 * -inf = NaN`).
+        """
+        table = jnp.asarray(table)
+        if table.ndim == 0 or table.shape[0] != self.num_options:
+            raise ValueError(
+                f"`choice.take(table)` needs a table with the {self.num_options} options on "
+                f"its first axis, got shape {table.shape}"
+            )
+        if self.probs is None:
+            return table[self.index]
+        return jnp.tensordot(self.probs.astype(table.dtype), table, axes=1)
+
+
+class StepPlan(NamedTuple):
+    """What one step does in one run. Every field is a scalar array, one per step, so that
+    batching one step's plan never batches another step's computation.
+
+    - `variant`: `Int[Array, ""]`, 0 = factual, v >= 1 = fix v.
+    - `noise`: `Int[Array, ""]`, -1 = the world's noise (override where valid, otherwise
+      addressed); r >= 0 = fresh noise stream r (used to resample a step).
+    - `forced`: `Int[Array, ""]`, -1 = sample; a >= 0 = force option a in every slot.
+    - `shift`: `None` (the default: no change, no cost) or `Float[Array, "K"]`, added to
+      every logits row the step decides from (`do_context`); `-inf` removes an option.
+    """
+
+    variant: Int[Array, ""]
+    noise: Int[Array, ""]
+    forced: Int[Array, ""]
+    shift: Float[Array, " K"] | None = None
+
+
+class ValuePlan(NamedTuple):
+    """Override of a deterministic site: `active` (bool scalar) and the `value` to use."""
+
+    active: Bool[Array, ""]
+    value: Any
+
+
+class Plan(NamedTuple):
+    """A plan for every step (`steps`, in the structure's order), every deterministic
+    site (`values`, `None` entries mean "no override"), and optionally a forced option
+    per draw site (`forced_sites`, -1 = not forced; used to replay observed choices)."""
+
+    steps: tuple[StepPlan, ...]
+    values: tuple[ValuePlan | None, ...]
+    forced_sites: tuple | None = None
+
+
+def factual_plan(structure) -> Plan:
+    """The plan of the run as it happened: every step factual, world noise, no forcing."""
+    zero = np.int32(0)
+    none = np.int32(-1)
+    steps = tuple(StepPlan(zero, none, none) for _ in structure.steps)
+    return Plan(steps=steps, values=tuple(None for _ in structure.values))
+
+
+class World(eqx.Module):
+    """The luck of one run.
+
+    - `key`: the world's key; every Gumbel is addressed from it (see `gumbel_at`).
+    - `overrides`: `None`, or one `Float[Array, "K"]` per site (in `Structure.sites`
+      order): Gumbels recorded from a log or produced by abduction.
+    - `valid`: `None`, or one `Bool[Array, ""]` per site; where true the override wins over
+      the addressed value.
+    """
+
+    key: PRNGKeyArray
+    overrides: tuple | None = None
+    valid: tuple | None = None
+
+
+def world_noise(structure, world: World) -> Float[Array, "sites K"]:
+    """The addressed Gumbels of every draw site of one world (overrides not applied)."""
+    sites = structure.sites
+    num_options = max(site.num_options for site in sites)
+    return gumbel_sites(
+        world.key, tuple(s.step for s in sites), tuple(s.slot for s in sites), num_options
+    )
+
+
+def check_choose_args(step, logits, given, slot):
+    """Validate one `ctx.choose` call; return (parents, tabulated)."""
+    if not isinstance(step, str):
+        raise TypeError(f"`step` must be a str name, got {type(step).__name__}: {step!r}")
+    if not isinstance(slot, int) or slot < 0:
+        raise TypeError(f"`slot` of step {step!r} must be a non-negative Python int, got {slot!r}")
+    if not hasattr(logits, "shape") or not hasattr(logits, "dtype"):
+        raise TypeError(f"logits of step {step!r} must be an array, got {type(logits).__name__}")
+    if not jnp.issubdtype(logits.dtype, jnp.floating):
+        raise TypeError(f"logits of step {step!r} must be floating point, got {logits.dtype}")
+    if given is None:
+        parents = ()
+    elif isinstance(given, Choice):
+        parents = (given,)
+    elif isinstance(given, (tuple, list)) and all(isinstance(g, Choice) for g in given):
+        parents = tuple(given)
+    else:
+        raise TypeError(
+            f"`given` of step {step!r} must be a Choice or a tuple of Choices, "
+            f"got {type(given).__name__}"
+        )
+    expected_ndim = 2 + len(parents)
+    if logits.ndim != expected_ndim:
+        want = "[V, " + "".join(f"K_parent{i}, " for i in range(len(parents))) + "K]"
+        raise ValueError(
+            f"logits of step {step!r} must have shape {want} ({expected_ndim} axes: variants, "
+            f"{'one axis per parent, ' if parents else ''}options), got shape {logits.shape}"
+        )
+    for i, parent in enumerate(parents):
+        if logits.shape[1 + i] != parent.num_options:
+            raise ValueError(
+                f"logits of step {step!r} have {logits.shape[1 + i]} rows on parent axis {i} "
+                f"but the parent choice has {parent.num_options} options (shape {logits.shape})"
+            )
+    if logits.shape[0] < 1 or logits.shape[-1] < 1:
+        raise ValueError(f"logits of step {step!r} need >= 1 variant and >= 1 option, got {logits.shape}")
+    return parents, bool(parents)
+
+
+class Context:
+    """The `ctx` a pipeline receives. Built by the engine; users only call its methods."""
+
+    def __init__(self, structure, plan: Plan, world: World, mode=Hard(), record=None, noise=None):
+        self.structure = structure
+        self.plan = plan
+        self.world = world
+        self.mode = mode
+        self.record = record  # a dict filled by `trace_run`, else None
+        # The addressed Gumbels of every site, [sites, K_max]: computed once per world.
+        self.noise = world_noise(structure, world) if noise is None else noise
+
+    # -- noise ------------------------------------------------------------------------
+    def _noise(self, step_plan: StepPlan, site_index: int, site) -> Float[Array, " K"]:
+        world = self.world
+        noise = self.noise[site_index, : site.num_options]
+        if world.overrides is not None:
+            noise = jnp.where(world.valid[site_index], world.overrides[site_index], noise)
+        if _is_active(step_plan.noise, lambda x: x >= 0):
+            fresh = gumbel_at(
+                fresh_key(world.key, jnp.maximum(step_plan.noise, 0)),
+                site.step,
+                site.slot,
+                site.num_options,
+            )
+            noise = jnp.where(step_plan.noise >= 0, fresh, noise)
+        return noise
+
+    # -- the two calls a pipeline makes -------------------------------------------------
+    def choose(self, step: str, logits, given=None, slot: int = 0) -> Choice:
+        """Draw step `step` from `logits` under this context's plan and world.
+
+        **Arguments:**
+        - `step`: the step's name (its noise is addressed by this name).
+        - `logits`: `[V, K]` for a root or free-form step (the logits may be computed by any
+          JAX code from earlier outputs), or `[V, K_parent, K]` (one axis per parent) for a
+          tabulated step whose logits depend only on the `given` parent choices.
+        - `given`: a parent `Choice`, a tuple of them, or `None`.
+        - `slot`: which draw of this step (for a step that draws more than once).
+
+        **Returns:** a `Choice`.
+        """
+        parents, tabulated = check_choose_args(step, logits, given, slot)
+        structure = self.structure
+        step_index = structure.step_index(step)
+        site_index = structure.site_index(step, slot)
+        site = structure.sites[site_index]
+        step_plan = self.plan.steps[step_index]
+        noise = self._noise(step_plan, site_index, site)
+        variant = step_plan.variant
+        logits = jnp.asarray(logits)
+        if step_plan.shift is not None:
+            logits = logits + _lift(jnp.asarray(step_plan.shift, logits.dtype), logits)
+        if isinstance(self.mode, Hard):
+            # A step without parents and with at most two variants is tabulated too: the
+            # argmax of every variant's row costs no more than gathering one row and taking
+            # its argmax, and where the logits do not depend on earlier choices it is then
+            # computed once per world instead of once per coalition (the same choice, bit
+            # for bit).
+            if tabulated or logits.shape[0] <= 2:
+                index = _tabulated_hard(logits, noise, variant, parents, step)
+            else:
+                index = _free_hard_step(logits, noise, variant, step)
+            probs = None
+        else:
+            probs = _relaxed_probs(logits, noise, variant, parents, self.mode)
+            index = jnp.argmax(probs).astype(jnp.int32)
+        forced = step_plan.forced
+        if self.plan.forced_sites is not None:
+            site_forced = self.plan.forced_sites[site_index]
+            forced = jnp.where(site_forced >= 0, site_forced, forced)
+        if _is_active(forced, lambda x: x >= 0):
+            index = jnp.where(forced >= 0, forced, index).astype(jnp.int32)
+            if probs is not None:
+                hot = jax.nn.one_hot(forced, site.num_options, dtype=probs.dtype)
+                probs = jnp.where(forced >= 0, hot, probs)
+        if self.record is not None:
+            self.record[("site", site_index)] = dict(
+                logits=_seen_logits(logits, variant, parents),
+                noise=noise,
+                choice=index,
+                variant=jnp.asarray(variant, jnp.int32),
+            )
+        return Choice(index=index, probs=probs, num_options=site.num_options)
+
+    def deterministic(self, name: str, value):
+        """A deterministic site (a tool's output): returns `value` unless the plan
+        overrides it (`do_observation`). The value is recorded in traces."""
+        index = self.structure.value_index(name)
+        value = jnp.asarray(value)
+        override = self.plan.values[index]
+        if override is not None:
+            value = jnp.where(override.active, jnp.asarray(override.value, value.dtype), value)
+        if self.record is not None:
+            self.record[("value", index)] = value
+        return value
+
+
+def _is_active(x, pred) -> bool:
+    """False only when `x` is a concrete array for which `pred` is false everywhere, so
+    that unused plan features (fresh noise, forcing) cost nothing in the compiled code."""
+    if isinstance(x, jax.core.Tracer):
+        return True
+    return bool(np.any(pred(np.asarray(x))))
+
+
+def _step_eval(fn, **kwargs):
+    """Mark one step evaluation in the jaxpr (a named `pjit`), so that
+    `count_step_evaluations` can count how many times each step runs after `vmap`."""
+    return jax.jit(fn, **kwargs)
+
+
+@_step_eval
+def _gather_choice(table, flat_index):
+    # The flat index is in bounds by construction (variant < V, parent < K_parent).
+    return table.reshape(-1).at[flat_index].get(mode="promise_in_bounds")
+
+
+_HARD_GRADIENT_MESSAGE = (
+    "a gradient was requested through the hard (Gumbel-max) choice of step {step!r}. argmax "
+    "has zero gradient almost everywhere, so this gradient would silently be zero. To "
+    "differentiate blame with respect to logits, evaluate in relaxed mode: "
+    "mode=blamejax.Relaxed(tau) (Gumbel-softmax) or blamejax.Relaxed(tau, straight_through=True) "
+    "(hard values forward, relaxed gradients backward)."
+)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
+def hard_argmax(logits, noise, step: str = "?"):
+    """`argmax(logits + noise)` over the last axis, as int32. Differentiating it with respect
+    to the logits raises a `ValueError` that explains how to get a useful gradient."""
+    return jnp.argmax(logits + _lift(noise, logits), axis=-1).astype(jnp.int32)
+
+
+@hard_argmax.defjvp
+def _hard_argmax_jvp(step, primals, tangents):
+    raise ValueError(_HARD_GRADIENT_MESSAGE.format(step=step))
+
+
+def _tabulated_hard(logits, noise, variant, parents, step="?"):
+    # The argmax over every [variant, parent] row depends only on the world, so under
+    # the coalition vmaps it is computed once per world; the run itself is a 1-D gather.
+    best = hard_argmax(logits, noise, step)  # [V, *K_parents]
+    flat = jnp.asarray(variant, jnp.int32)
+    for axis, parent in enumerate(parents):
+        flat = flat * logits.shape[1 + axis] + parent.index
+    return _gather_choice(best, flat)
+
+
+def _lift(noise, logits):
+    """Give the [K] noise the leading unit axes of `logits` (explicit broadcasting)."""
+    return noise.astype(logits.dtype).reshape((1,) * (logits.ndim - 1) + noise.shape)
+
+
+def _free_hard(logits, noise, variant, step="?"):
+    row = jnp.take(logits, variant, axis=0)
+    return hard_argmax(row, noise, step)
+
+
+_free_hard_step = _step_eval(_free_hard, static_argnums=(3,))
+
+
+def _relaxed_probs(logits, noise, variant, parents, mode: Relaxed):
+    safe = jnp.where(jnp.isneginf(logits), _NEG_LARGE, logits)
+    noise = _lift(noise, logits)
+    soft = jax.nn.softmax((safe + noise) / mode.tau, axis=-1)  # [V, *K_parents, K]
+    if mode.straight_through:
+        hard = jax.nn.one_hot(jnp.argmax(logits + noise, axis=-1), logits.shape[-1], dtype=soft.dtype)
+        soft = hard + soft - jax.lax.stop_gradient(soft)
+    table = jnp.take(soft, variant, axis=0)  # [*K_parents, K]
+    for parent in parents:
+        if parent.probs is None:
+            table = jnp.take(table, parent.index, axis=0)
+        else:
+            table = jnp.tensordot(parent.probs.astype(table.dtype), table, axes=1)
+    return table
+
+
+def _seen_logits(logits, variant, parents):
+    """The logits row the draw actually saw (for traces and abduction)."""
+    row = jnp.take(logits, variant, axis=0)
+    for parent in parents:
+        row = jnp.take(row, parent.index, axis=0)
+    return row

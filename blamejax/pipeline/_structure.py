@@ -1,0 +1,231 @@
+"""What a pipeline is made of, found by tracing it once without running it.
+
+`discover` runs the pipeline under `jax.eval_shape` with a recording context. It
+returns a `Structure`: the steps in the order they first draw, every draw site
+(step, slot) with its number of options and variants, and the deterministic sites.
+Everything is checked here, eagerly, before anything is compiled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+class Site(NamedTuple):
+    """One draw of a step. `slot` tells apart several draws of the same step."""
+
+    step: str
+    slot: int
+    num_options: int  # K
+    num_variants: int  # V (0 = factual, 1.. = fixes)
+    parent_options: tuple[int, ...]  # K of each parent choice, () for a root or free-form step
+    tabulated: bool  # True when the logits came as a [V, *K_parents, K] table with `given`
+
+
+class ValueSite(NamedTuple):
+    """A deterministic site (`ctx.deterministic`), whose value a plan may override."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: Any
+    position: int = -1  # how many draw sites came before it (-1: unknown)
+
+
+class Structure(NamedTuple):
+    """The static description of a pipeline: hashable, so it can key caches."""
+
+    steps: tuple[str, ...]  # in order of first draw
+    num_variants: tuple[int, ...]  # per step
+    num_options: tuple[int, ...]  # per step (equal across the step's slots)
+    sites: tuple[Site, ...]
+    values: tuple[ValueSite, ...]
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.steps)
+
+    def step_index(self, step: str) -> int:
+        try:
+            return self.steps.index(step)
+        except ValueError:
+            raise ValueError(
+                f"unknown step {step!r}; this pipeline's steps are {list(self.steps)}"
+            ) from None
+
+    def site_index(self, step: str, slot: int) -> int:
+        for i, site in enumerate(self.sites):
+            if site.step == step and site.slot == slot:
+                return i
+        raise ValueError(f"step {step!r} has no draw in slot {slot}")
+
+    def value_index(self, name: str) -> int:
+        for i, value in enumerate(self.values):
+            if value.name == name:
+                return i
+        names = [v.name for v in self.values]
+        raise ValueError(f"unknown deterministic site {name!r}; this pipeline has {names}")
+
+
+class _Recorder:
+    """A stand-in context that records every call instead of running the plan."""
+
+    def __init__(self):
+        self.sites: list[Site] = []
+        self.values: list[ValueSite] = []
+
+    def choose(self, step, logits, given=None, slot: int = 0):
+        from ._context import Choice, check_choose_args
+
+        parents, tabulated = check_choose_args(step, logits, given, slot)
+        num_variants, num_options = logits.shape[0], logits.shape[-1]
+        for site in self.sites:
+            if site.step == step and site.slot == slot:
+                raise ValueError(
+                    f"step {step!r} draws twice in slot {slot}; give each draw of a step its "
+                    "own `slot=` (a draw's noise is addressed by step and slot)"
+                )
+            if site.step == step and (site.num_variants, site.num_options) != (
+                num_variants,
+                num_options,
+            ):
+                raise ValueError(
+                    f"step {step!r} has {site.num_variants} variants x {site.num_options} "
+                    f"options in slot {site.slot} but {num_variants} x {num_options} in slot "
+                    f"{slot}; every draw of a step must have the same variants and options"
+                )
+        self.sites.append(
+            Site(
+                step=step,
+                slot=int(slot),
+                num_options=int(num_options),
+                num_variants=int(num_variants),
+                parent_options=tuple(p.num_options for p in parents) if tabulated else (),
+                tabulated=tabulated,
+            )
+        )
+        row = logits[(0,) + (0,) * (logits.ndim - 2)]
+        index = jnp.argmax(row).astype(jnp.int32)
+        return Choice(index=index, probs=None, num_options=int(num_options))
+
+    def deterministic(self, name: str, value):
+        if not isinstance(name, str):
+            raise TypeError(f"`name` must be a str, got {type(name).__name__}")
+        if any(v.name == name for v in self.values):
+            raise ValueError(f"deterministic site {name!r} is used twice; names must be unique")
+        value = jnp.asarray(value)
+        self.values.append(ValueSite(name, tuple(value.shape), value.dtype, len(self.sites)))
+        return value
+
+
+_DISCOVERED: dict = {}
+
+
+def discover_batch(pipeline: Callable, cases) -> Structure:
+    """`discover` for one case of a batch (`cases` with a leading case axis), without
+    slicing any array; cached on the pipeline and the shapes, so a repeated call is cheap."""
+    leaves, treedef = jax.tree_util.tree_flatten(cases)
+    try:
+        cache_key = (pipeline, treedef, tuple((np.shape(x)[1:], x.dtype) for x in leaves))
+        hash(cache_key)
+    except (TypeError, AttributeError):
+        cache_key = None
+    if cache_key is not None and cache_key in _BATCH_DISCOVERED:
+        return _BATCH_DISCOVERED[cache_key]
+    structure = discover(pipeline, one_case(cases))
+    if cache_key is not None:
+        _BATCH_DISCOVERED[cache_key] = structure
+    return structure
+
+
+_BATCH_DISCOVERED: dict = {}
+
+
+def one_case(cases):
+    """The shapes and dtypes of one case of a batch (the leading axis dropped): what
+    `discover` needs, without slicing any array."""
+    return jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(np.shape(x)[1:], x.dtype), cases)
+
+
+def discover(pipeline: Callable, case) -> Structure:
+    """Trace `pipeline(ctx, case)` once (no computation) and return its `Structure`.
+
+    **Arguments:**
+    - `pipeline`: a function `pipeline(ctx, case) -> score`.
+    - `case`: one case (no leading failure axis).
+
+    **Returns:** a `Structure`.
+
+    **Raises:** `TypeError`/`ValueError` naming the step when a call is malformed, when
+    the pipeline makes no draw, or when it returns something other than a scalar score.
+    """
+    if not callable(pipeline):
+        raise TypeError(f"`pipeline` must be callable, got {type(pipeline).__name__}")
+    leaves, treedef = jax.tree_util.tree_flatten(case)
+    try:
+        cache_key = (pipeline, treedef, tuple((np.shape(x), getattr(x, "dtype", type(x))) for x in leaves))
+        hash(cache_key)
+    except TypeError:
+        cache_key = None
+    if cache_key is not None and cache_key in _DISCOVERED:
+        return _DISCOVERED[cache_key]
+    structure = _discover(pipeline, case)
+    if cache_key is not None:
+        _DISCOVERED[cache_key] = structure
+    return structure
+
+
+def _discover(pipeline: Callable, case) -> Structure:
+    recorder = _Recorder()
+    out = jax.eval_shape(lambda c: pipeline(recorder, c), case)
+    if not hasattr(out, "shape") or tuple(out.shape) != ():
+        shape = getattr(out, "shape", type(out).__name__)
+        raise ValueError(
+            f"`pipeline` must return a scalar score, got an output of shape {shape}"
+        )
+    if not jnp.issubdtype(out.dtype, jnp.floating) and not jnp.issubdtype(
+        out.dtype, jnp.integer
+    ) and out.dtype != jnp.bool_:
+        raise TypeError(f"`pipeline` must return a numeric score, got dtype {out.dtype}")
+    if not recorder.sites:
+        raise ValueError("`pipeline` made no `ctx.choose` draw; there is nothing to blame")
+    steps: list[str] = []
+    for site in recorder.sites:
+        if site.step not in steps:
+            steps.append(site.step)
+    first = {s: next(x for x in recorder.sites if x.step == s) for s in steps}
+    return Structure(
+        steps=tuple(steps),
+        num_variants=tuple(first[s].num_variants for s in steps),
+        num_options=tuple(first[s].num_options for s in steps),
+        sites=tuple(recorder.sites),
+        values=tuple(recorder.values),
+    )
+
+
+def check_finite_logits(case, what: str = "cases") -> None:
+    """Raise if any floating leaf of `case` holds NaN or +inf (``-inf`` is allowed)."""
+    leaves, _ = jax.tree_util.tree_flatten_with_path(case)
+    for path, leaf in leaves:
+        if isinstance(leaf, jax.core.Tracer):
+            continue
+        arr = np.asarray(leaf)
+        if not np.issubdtype(arr.dtype, np.floating):
+            continue
+        name = jax.tree_util.keystr(path)
+        if np.isnan(arr).any():
+            where = np.argwhere(np.isnan(arr))[0].tolist()
+            raise ValueError(
+                f"`{what}{name}` contains NaN (first at index {where}); logits must be real "
+                "numbers or -inf for an impossible option"
+            )
+        if np.isposinf(arr).any():
+            where = np.argwhere(np.isposinf(arr))[0].tolist()
+            raise ValueError(
+                f"`{what}{name}` contains +inf (first at index {where}); use large finite "
+                "logits, or -inf for impossible options"
+            )

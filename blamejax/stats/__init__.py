@@ -1,0 +1,21 @@
+"""Statistics: confidence radii (Hoeffding, empirical Bernstein, normal), checkpoints fixed in
+advance with their error levels, stopping rules, binomial intervals, and intervals of a
+batch mean across failures.
+"""
+
+from ._across_failures import INTERVAL_RULES as INTERVAL_RULES
+from ._across_failures import checkpoint_interval as checkpoint_interval
+from ._across_failures import top_separated_at as top_separated_at
+from ._anytime import RULES as RULES
+from ._anytime import bernstein_radius as bernstein_radius
+from ._anytime import checkpoint_delta as checkpoint_delta
+from ._anytime import checkpoints as checkpoints
+from ._anytime import confidence_radius as confidence_radius
+from ._anytime import hoeffding_radius as hoeffding_radius
+from ._anytime import normal_radius as normal_radius
+from ._anytime import ranking_separated as ranking_separated
+from ._anytime import top1_separated as top1_separated
+from ._anytime import widths_below as widths_below
+from ._binomial import newcombe_interval as newcombe_interval
+from ._binomial import point_of_commitment as point_of_commitment
+from ._binomial import wilson_interval as wilson_interval

@@ -1,0 +1,285 @@
+"""Confidence radii for the mean of bounded i.i.d. samples, the checkpoints at which they
+are formed, and the stopping rules that read them.
+
+Everything here is a pure function of numbers. The functions accept Python numbers, numpy
+arrays (computed in numpy, float64) or JAX arrays (computed in `jax.numpy`, so they can be
+used inside `jit`); array arguments broadcast against each other.
+
+**Anytime validity.** A rule that stops "as soon as the intervals separate" looks at the
+intervals many times; a plain 1 - delta interval checked at every look fails far more often
+than delta. Here intervals are formed only at checkpoints fixed in advance,
+`t_k = ceil(t_1 gamma^(k-1))` (`checkpoints`), and the interval of one step at checkpoint k is
+built at level `delta / (n k (k+1))` (`checkpoint_delta`). Since `sum_k 1/(k(k+1)) = 1`, the
+union bound over the n steps and every checkpoint gives: with probability at least 1 - delta,
+every interval of one failure, at every checkpoint, holds at once, whatever rule decides when
+to stop. The guarantee is per failure: over F failures about delta * F of them will have some
+interval that misses.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import jax.scipy.special as jsp
+import numpy as np
+import scipy.special
+
+RULES = ("top1", "ranking", "width")
+
+
+def _is_jax(*args) -> bool:
+    return any(isinstance(a, (jax.Array, jax.core.Tracer)) for a in args)
+
+
+def _xp(*args):
+    return jnp if _is_jax(*args) else np
+
+
+def check_delta(delta) -> None:
+    if isinstance(delta, (int, float)) and not 0 < delta < 1:
+        raise ValueError(f"`delta` must be in (0, 1), got {delta!r}")
+
+
+def _check_count(t, minimum: int) -> None:
+    if isinstance(t, (int, np.integer)) and t < minimum:
+        raise ValueError(f"`t` (the number of samples) must be at least {minimum}, got {t}")
+
+
+def hoeffding_radius(t, value_range, delta):
+    """Two-sided Hoeffding radius: `R sqrt(ln(2/delta) / (2 t))`.
+
+    With probability at least 1 - delta, the mean of t i.i.d. samples that lie in an
+    interval of width R is within this radius of their expectation. It uses only the range.
+
+    **Arguments:**
+    - `t`: the number of samples (>= 1).
+    - `value_range`: R, the width of the interval the samples lie in. For Shapley marginals
+      of a score in [s_min, s_max] this is `2 (s_max - s_min)`: a marginal lies in
+      `[-(s_max - s_min), s_max - s_min]`.
+    - `delta`: the error probability, in (0, 1).
+
+    **Returns:** the radius (same shape as the broadcast arguments).
+
+    ```python
+    >>> round(float(hoeffding_radius(100, 2.0, 0.1)), 6)  # 2 * sqrt(ln(20) / 200)
+    0.244775
+
+    ```
+    """
+    check_delta(delta)
+    _check_count(t, 1)
+    xp = _xp(t, value_range, delta)
+    t = xp.asarray(t, dtype=float) if xp is np else jnp.asarray(t).astype(jnp.result_type(float))
+    return value_range * xp.sqrt(xp.log(2.0 / delta) / (2.0 * t))
+
+
+def bernstein_radius(t, variance, value_range, delta):
+    """Two-sided empirical Bernstein radius (Maurer and Pontil, 2009):
+    `sqrt(2 V ln(4/delta) / t) + 7 R ln(4/delta) / (3 (t - 1))`.
+
+    With probability at least 1 - delta, the mean of t >= 2 i.i.d. samples that lie in an
+    interval of width R is within this radius of their expectation. The one-sided bound of
+    Maurer and Pontil at level delta/2, applied to both tails, gives the `ln(4/delta)`.
+    It adapts to the variance: small when the samples vary little.
+
+    **Arguments:**
+    - `t`: the number of samples, t >= 2 (at t = 1 the radius is infinite).
+    - `variance`: V, the sample variance with the t - 1 denominator.
+    - `value_range`: R, the width of the interval the samples lie in, from the declared
+      score range, never from the observed values (`2 (s_max - s_min)` for Shapley marginals).
+    - `delta`: the error probability, in (0, 1).
+
+    **Returns:** the radius.
+
+    ```python
+    >>> r = bernstein_radius(101, 0.25, 2.0, 0.1)  # sqrt(0.5 ln 40 / 101) + 14 ln 40 / 300
+    >>> round(float(r), 6)
+    0.307284
+
+    ```
+    """
+    check_delta(delta)
+    _check_count(t, 2)
+    xp = _xp(t, variance, value_range, delta)
+    if xp is np:
+        t = np.asarray(t, dtype=float)
+        variance = np.maximum(np.asarray(variance, dtype=float), 0.0)
+    else:
+        t = jnp.asarray(t).astype(jnp.result_type(float))
+        variance = jnp.maximum(jnp.asarray(variance), 0.0)
+    log_term = xp.log(4.0 / delta)
+    return xp.sqrt(2.0 * variance * log_term / t) + 7.0 * value_range * log_term / (3.0 * (t - 1.0))
+
+
+def normal_radius(t, variance, delta):
+    """Normal-approximation radius `z_(1 - delta/2) sqrt(V / t)`.
+
+    Asymptotic only: it has **no finite-sample guarantee** and undercovers when t is small
+    or the samples are skewed (a step whose marginal is rarely non-zero can show a sample
+    variance of 0). Offered because it is what many papers report; prefer
+    `bernstein_radius` for decisions.
+
+    **Arguments:**
+    - `t`: the number of samples (>= 1).
+    - `variance`: V, the sample variance with the t - 1 denominator.
+    - `delta`: the error probability, in (0, 1).
+
+    **Returns:** the radius.
+
+    ```python
+    >>> round(float(normal_radius(100, 0.25, 0.05)), 6)  # 1.959964 * 0.05
+    0.097998
+
+    ```
+    """
+    check_delta(delta)
+    _check_count(t, 1)
+    xp = _xp(t, variance, delta)
+    if xp is np:
+        z = -scipy.special.ndtri(np.asarray(delta, dtype=float) / 2.0)
+        t = np.asarray(t, dtype=float)
+        variance = np.maximum(np.asarray(variance, dtype=float), 0.0)
+    else:
+        z = -jsp.ndtri(jnp.asarray(delta).astype(jnp.result_type(float)) / 2.0)
+        t = jnp.asarray(t).astype(jnp.result_type(float))
+        variance = jnp.maximum(jnp.asarray(variance), 0.0)
+    return z * xp.sqrt(variance / t)
+
+
+def confidence_radius(kind: str, t, variance, value_range, delta):
+    """The radius of rule `kind` (`"bernstein"`, `"hoeffding"` or `"normal"`) for t samples
+    of sample variance `variance` (broadcast together), range width `value_range` and level
+    `delta`: the one place the estimators pick their radius."""
+    if kind == "bernstein":
+        return bernstein_radius(t, variance, value_range, delta)
+    if kind == "hoeffding":
+        return hoeffding_radius(t, value_range, delta) * np.ones_like(variance)
+    return normal_radius(t, variance, delta)
+
+
+def checkpoints(t1: int, gamma: float, budget: int) -> tuple[int, ...]:
+    """The sample counts at which intervals are formed and stopping is decided, fixed in
+    advance: `t_k = ceil(t1 gamma^(k-1))` for k = 1, 2, ..., truncated below `budget`, with
+    `budget` itself as the last checkpoint.
+
+    Counts that round to the same integer as an earlier one are dropped, and the remaining
+    checkpoints are numbered k = 1, 2, ... in order (this only gives each checkpoint a
+    larger share of delta; the shares still sum to at most delta). A relative tolerance of
+    1e-9 guards the ceiling against float rounding (`10 * 1.1` is 11, not 12).
+
+    **Arguments:**
+    - `t1`: the first checkpoint, >= 2 (the empirical Bernstein radius needs t >= 2).
+    - `gamma`: the growth factor, > 1. Larger gamma: fewer looks (a smaller union-bound
+      penalty) but up to a factor gamma more samples than needed when a rule fires.
+    - `budget`: the largest number of samples, >= t1.
+
+    **Returns:** a tuple of strictly increasing Python ints ending with `budget`.
+
+    ```python
+    >>> checkpoints(2, 2.0, 20)
+    (2, 4, 8, 16, 20)
+
+    ```
+    """
+    if not isinstance(t1, (int, np.integer)) or isinstance(t1, bool) or t1 < 2:
+        raise ValueError(f"`t1` must be an int >= 2 (the first checkpoint), got {t1!r}")
+    if not isinstance(gamma, (int, float, np.floating, np.integer)) or not gamma > 1:
+        raise ValueError(
+            f"`gamma` must be a number > 1 (the checkpoint growth factor), got {gamma!r}"
+        )
+    if not isinstance(budget, (int, np.integer)) or isinstance(budget, bool) or budget < t1:
+        raise ValueError(f"`budget` must be an int >= t1 = {t1}, got {budget!r}")
+    out: list[int] = []
+    k = 0
+    while True:
+        x = float(t1) * float(gamma) ** k
+        t = int(math.ceil(x * (1.0 - 1e-9)))
+        k += 1
+        if t >= budget:
+            break
+        if not out or t > out[-1]:
+            out.append(t)
+    out.append(int(budget))
+    return tuple(out)
+
+
+def checkpoint_delta(delta, n, k):
+    """The error budget of one step's interval at checkpoint k: `delta / (n k (k+1))`.
+
+    Summed over the n steps and over k = 1, 2, ... these are at most delta, so every
+    interval of one failure at every checkpoint holds at once with probability >= 1 - delta.
+
+    **Arguments:**
+    - `delta`: the error probability per failure, in (0, 1).
+    - `n`: the number of steps (intervals per checkpoint), >= 1.
+    - `k`: the checkpoint number, 1-based (an int or an int array).
+
+    **Returns:** the per-interval delta (a float, or an array like `k`).
+
+    ```python
+    >>> checkpoint_delta(0.1, 4, 1)
+    0.0125
+
+    ```
+    """
+    check_delta(delta)
+    if isinstance(n, (int, np.integer)) and n < 1:
+        raise ValueError(f"`n` (the number of steps) must be at least 1, got {n}")
+    if isinstance(k, (int, np.integer)):
+        if k < 1:
+            raise ValueError(f"`k` (the checkpoint number) is 1-based, got {k}")
+        return delta / (n * k * (k + 1))
+    xp = _xp(k)
+    k = xp.asarray(k).astype(float if xp is np else jnp.result_type(float))
+    return delta / (n * k * (k + 1.0))
+
+
+def top1_separated(values, lower, upper, epsilon=0.0):
+    """Whether the step with the largest estimate is separated from every other step.
+
+    The top step i (largest of `values`) is separated from step j when
+    `lower[i] > upper[j] - epsilon`: then, if both intervals hold, step i's true value is
+    larger than step j's or smaller by less than epsilon. With epsilon = 0 the intervals
+    must be disjoint. Steps whose true values are within epsilon of each other therefore
+    count as separated once their intervals are about epsilon/2 narrow, so ties do not run
+    to the budget.
+
+    **Arguments:**
+    - `values`, `lower`, `upper`: `[..., n]` estimates and interval ends.
+    - `epsilon`: the indifference margin, >= 0.
+
+    **Returns:** a boolean array `[...]`.
+    """
+    xp = _xp(values, lower, upper)
+    top = xp.argmax(values, axis=-1)[..., None]
+    low_top = xp.take_along_axis(lower, top, axis=-1)
+    n = values.shape[-1]
+    is_top = xp.arange(n) == top
+    ok = (low_top > upper - epsilon) | is_top
+    return xp.all(ok, axis=-1)
+
+
+def ranking_separated(values, lower, upper, epsilon=0.0):
+    """Whether the full ranking by the estimates is separated: for every pair with
+    `values[i] >= values[j]` (i != j), `lower[i] > upper[j] - epsilon` (see `top1_separated`).
+
+    **Returns:** a boolean array `[...]`.
+    """
+    xp = _xp(values, lower, upper)
+    n = values.shape[-1]
+    above = values[..., :, None] >= values[..., None, :]  # [..., i, j]: i ranked above j
+    ok = lower[..., :, None] > upper[..., None, :] - epsilon
+    off_diagonal = ~xp.eye(n, dtype=bool)
+    # A pair of equal estimates is checked in both directions, so only epsilon resolves it.
+    return xp.all(ok | ~above | ~off_diagonal, axis=(-2, -1))
+
+
+def widths_below(lower, upper, epsilon):
+    """Whether every interval is narrower than epsilon: `upper - lower <= epsilon`.
+
+    **Returns:** a boolean array `[...]`.
+    """
+    xp = _xp(lower, upper)
+    return xp.all(upper - lower <= epsilon, axis=-1)
