@@ -24,6 +24,7 @@ import jax.random as jr
 import numpy as np
 
 from .._checks import as_key, check_score_range, leading_size, resolve_players
+from .._compile import compiled
 from ..coalitions import last_step_blame, mask_plan, mask_values
 from ..noise import world_key
 from ..pipeline import Hard, World, check_finite_logits, discover_batch, trace_run
@@ -289,16 +290,11 @@ def _analyse(pipeline, cases, worlds, names, fixes, score_range, estimator, num_
     )
 
 
-_MC_CACHE: dict = {}
-
-
+@compiled("batch.mc")
 def _mc_function(pipeline, structure, players, variants, mode, num_permutations):
     """Compiled: a fixed number of permutations per failure (`mc_shapley_fixed`, vmapped over
     failures), v(empty), v(all), last-step blame, and the share of worlds in which fixing each
     player alone reaches `threshold`."""
-    cache_key = (pipeline, structure, players, variants, mode, num_permutations)
-    if cache_key in _MC_CACHE:
-        return _MC_CACHE[cache_key]
     from ._mc import mc_shapley_fixed
 
     n = len(players)
@@ -316,54 +312,43 @@ def _mc_function(pipeline, structure, players, variants, mode, num_permutations)
         keys = jax.vmap(lambda f: jr.fold_in(key, f))(jnp.arange(num))
         return jax.vmap(one, in_axes=(0, 0, 0, None))(cases, worlds, keys, threshold)
 
-    _MC_CACHE[cache_key] = jax.jit(batch)
-    return _MC_CACHE[cache_key]
+    return jax.jit(batch)
 
 
-_FRONT_CACHE: dict = {}
-
-
+@compiled("batch.front")
 def _front_function(pipeline, structure, mode):
     """Compiled: every case's recorded world and its factual run,
     `(cases, key) -> (World [C, 1], score [C], choice [C, sites])` (world 0 of
     `fold_in(key, case)`, as `recorded_worlds`): it decides which cases failed."""
-    cache_key = (pipeline, structure, mode)
-    if cache_key not in _FRONT_CACHE:
 
-        def front(cases, key):
-            num_cases = jax.tree_util.tree_leaves(cases)[0].shape[0]
-            ids = jnp.arange(num_cases, dtype=jnp.uint32)
-            worlds = World(key=world_key(key, ids[:, None], 0))
-            run = jax.vmap(lambda case, world: trace_run(pipeline, structure, case, world, mode=mode))
-            out = run(cases, jax.tree_util.tree_map(lambda x: x[:, 0], worlds))
-            return worlds, out["score"], out["choice"]
+    def front(cases, key):
+        num_cases = jax.tree_util.tree_leaves(cases)[0].shape[0]
+        ids = jnp.arange(num_cases, dtype=jnp.uint32)
+        worlds = World(key=world_key(key, ids[:, None], 0))
+        run = jax.vmap(lambda case, world: trace_run(pipeline, structure, case, world, mode=mode))
+        out = run(cases, jax.tree_util.tree_map(lambda x: x[:, 0], worlds))
+        return worlds, out["score"], out["choice"]
 
-        _FRONT_CACHE[cache_key] = jax.jit(front)
-    return _FRONT_CACHE[cache_key]
+    return jax.jit(front)
 
 
-_SELECT_CACHE: dict = {}
-
-
+@compiled("batch.select")
 def _select_function(pipeline, structure, players, variants, mode):
     """Compiled: the rows `rows` of the cases and of their recorded worlds, and the choices of
     each selected case's fully fixed run under its recorded noise (the drill-down's other
     side), `(cases, worlds, rows) -> (cases [A], World [A, 1], choice [A, sites])`."""
-    cache_key = (pipeline, structure, players, variants, mode)
-    if cache_key not in _SELECT_CACHE:
-        full = np.ones(len(players), bool)
+    full = np.ones(len(players), bool)
 
-        def select(cases, worlds, rows):
-            cases, worlds = jax.tree_util.tree_map(lambda x: x[rows], (cases, worlds))
+    def select(cases, worlds, rows):
+        cases, worlds = jax.tree_util.tree_map(lambda x: x[rows], (cases, worlds))
 
-            def fixed(case, world):
-                plan = mask_plan(structure, players, variants, full)
-                return trace_run(pipeline, structure, case, world, plan, mode)["choice"]
+        def fixed(case, world):
+            plan = mask_plan(structure, players, variants, full)
+            return trace_run(pipeline, structure, case, world, plan, mode)["choice"]
 
-            return cases, worlds, jax.vmap(fixed)(cases, jax.tree_util.tree_map(lambda x: x[:, 0], worlds))
+        return cases, worlds, jax.vmap(fixed)(cases, jax.tree_util.tree_map(lambda x: x[:, 0], worlds))
 
-        _SELECT_CACHE[cache_key] = jax.jit(select)
-    return _SELECT_CACHE[cache_key]
+    return jax.jit(select)
 
 
 @functools.partial(jax.jit, static_argnums=(1,))

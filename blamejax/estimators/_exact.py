@@ -18,6 +18,7 @@ import numpy as np
 from jaxtyping import Array, Float, Int
 
 from .._checks import check_score_range, check_worlds, leading_size, resolve_players
+from .._compile import compiled, note_trace
 from ..coalitions import coalition_values, last_step_blame
 from ..pipeline import Hard, World, check_finite_logits, discover_batch, world_noise
 from ..reduction import attribute
@@ -26,9 +27,6 @@ from ..report import number, step_rows
 DEFAULT_MAX_STEPS = 20
 DEFAULT_BUDGET = 2**21  # scores (failure x world x coalition) per compiled call
 
-# Number of times each compiled chunk function has been traced (tests guard recompiles).
-TRACE_COUNTS: dict = {}
-_CACHE: dict = {}
 
 
 class ExactResult(eqx.Module):
@@ -104,10 +102,8 @@ def _bucket(count: int, chunk: int) -> int:
     return min(chunk, -(-count // step) * step)
 
 
+@compiled("exact.chunk")
 def _chunk_function(pipeline, structure, players, fixes, mode, interactions, world_group):
-    cache_key = (pipeline, structure, players, fixes, mode, interactions, world_group)
-    if cache_key in _CACHE:
-        return _CACHE[cache_key]
     bits = np.array([1 << j for j in range(len(players))])
 
     def cube(case, world):
@@ -156,15 +152,13 @@ def _chunk_function(pipeline, structure, players, fixes, mode, interactions, wor
         """Attributions and last-step blame of a chunk of failures, the score range and
         NaN check (`stats`), and, when `threshold` is given, the share of worlds in which
         fixing each player alone reaches it (`[F, n]`; zeros otherwise)."""
-        TRACE_COUNTS[cache_key] = TRACE_COUNTS.get(cache_key, 0) + 1
+        note_trace("exact.chunk")
         attribution, lo, hi, last, resolve = jax.vmap(per_failure, in_axes=(0, 0, None))(cases, worlds, threshold)
         # [lowest score, highest score, any NaN/+inf logits]: one small transfer to check.
         stats = jnp.stack([lo.min(), hi.max(), _non_finite(cases).astype(lo.dtype)])
         return attribution, last, stats, resolve
 
-    compiled = jax.jit(chunk)
-    _CACHE[cache_key] = compiled
-    return compiled
+    return jax.jit(chunk)
 
 
 def _non_finite(cases):

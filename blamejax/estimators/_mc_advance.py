@@ -12,15 +12,13 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 
+from .._compile import compiled, note_trace
 from ..pipeline import world_noise
 from ._mc import _ends, _ranks, _samples, _scorer, order_seed
 
 _TARGET_LANES = 16384  # coalition evaluations per loop iteration (all lanes together)
 _MIN_SLOTS = 32  # failure slots of the smallest compiled call
 
-# Number of times each compiled function has been traced (tests guard recompiles).
-TRACE_COUNTS: dict = {}
-_CACHE: dict = {}
 
 
 def _kahan(total, compensation, x):
@@ -30,6 +28,7 @@ def _kahan(total, compensation, x):
     return new, (new - total) - y
 
 
+@compiled("mc.advance")
 def _advance_function(pipeline, structure, players, fixes, mode, antithetic, lanes):
     """The compiled function that advances a group of failures by some samples (cached per
     pipeline and settings; traced once per number of failure slots).
@@ -42,13 +41,10 @@ def _advance_function(pipeline, structure, players, fixes, mode, antithetic, lan
     loop runs as long as the samples need, not longer. On the first call (`t_start == 0`)
     it also scores the empty and the full coalition of every slot.
     """
-    cache_key = (pipeline, structure, players, fixes, mode, antithetic, lanes)
-    if cache_key in _CACHE:
-        return _CACHE[cache_key]
     n = len(players)
 
     def advance(cases, worlds, ids, key, empty, full, shift, num_active, t_start, t_end):
-        TRACE_COUNTS[cache_key] = TRACE_COUNTS.get(cache_key, 0) + 1
+        note_trace("mc.advance")
         num_slots = empty.shape[0]
         # Every world's addressed noise, and the order seeds of failures `ids`: computed in
         # each call (a few hashes per slot), so nothing but the sums goes back and forth.
@@ -103,9 +99,7 @@ def _advance_function(pipeline, structure, players, fixes, mode, antithetic, lan
         s1, _, s2, _, low, high = jax.lax.fori_loop(0, num_iterations, body, init)
         return s1, s2, low, high, num_iterations, empty, full
 
-    function = jax.jit(advance)
-    _CACHE[cache_key] = function
-    return function
+    return jax.jit(advance)
 
 
 def _num_slots(num_failures: int, chunk_size: int) -> int:

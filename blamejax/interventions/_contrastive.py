@@ -36,6 +36,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
 from .._checks import check_delta, check_positive_int, check_threshold, check_worlds, leading_size
+from .._compile import cached
 from ..pipeline import (
     Hard,
     Plan,
@@ -51,9 +52,6 @@ from ..stats import newcombe_interval, point_of_commitment, wilson_interval
 from ._plans import DOWNSTREAM, full_plan, step_index, step_of_site
 
 BASELINES = ("factual", "rollouts")
-_CACHE: dict = {}
-
-
 class ContrastiveResult(eqx.Module):
     """Contrastive effects of F runs (usually failures) over the n intervened steps.
 
@@ -185,8 +183,12 @@ def _contrastive_function(
         mode,
         intervention,
     )
-    if key in _CACHE:
-        return _CACHE[key]
+    return cached("contrastive", key, lambda: _build_rollout_function(*key))
+
+
+def _build_rollout_function(
+    pipeline, structure, players, num_rollouts, downstream, baseline, threshold, mode, intervention
+):
     n = len(players)
 
     def plans_for(factual):
@@ -218,9 +220,7 @@ def _contrastive_function(
         bad, factual_bad, base_bad, nonfinite = jax.vmap(per_world, in_axes=(None, 0))(case, worlds)
         return bad.sum(0), factual_bad, base_bad.sum(0), nonfinite.sum()
 
-    function = jax.jit(jax.vmap(per_failure))
-    _CACHE[key] = function
-    return function
+    return jax.jit(jax.vmap(per_failure))
 
 
 def contrastive(

@@ -17,12 +17,11 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from .._checks import check_positive_int, check_threshold
+from .._compile import compiled
 from ..pipeline import Hard, Plan, StepPlan, plan_values
 from ..reduction import attribute
 from ..report import number, step_rows
 from ._contrastive import _rollout_inputs
-
-_CACHE: dict = {}
 
 
 class ResampleShapley(eqx.Module):
@@ -80,10 +79,8 @@ class ResampleShapley(eqx.Module):
         return "\n".join(lines)
 
 
+@compiled("resample.game")
 def _resample_game_function(pipeline, structure, players, num_rollouts, threshold, mode):
-    key = ("game", pipeline, structure, players, num_rollouts, threshold, mode)
-    if key in _CACHE:
-        return _CACHE[key]
     size = 1 << len(players)
     masks = np.repeat(np.arange(size), num_rollouts)
     streams = np.tile(np.arange(num_rollouts, dtype=np.int32), size)
@@ -100,9 +97,7 @@ def _resample_game_function(pipeline, structure, players, num_rollouts, threshol
         shapley = jax.vmap(lambda v: attribute(v, interactions=False).shapley, in_axes=1)(good)
         return good.mean(axis=1), shapley, jnp.sum(~jnp.isfinite(scores))
 
-    function = jax.jit(jax.vmap(per_world, in_axes=(None, 0)))
-    _CACHE[key] = function
-    return function
+    return jax.jit(jax.vmap(per_world, in_axes=(None, 0)))
 
 
 def resample_shapley(

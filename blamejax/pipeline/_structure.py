@@ -15,6 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._compile import cached
+
 
 class Site(NamedTuple):
     """One draw of a step. `slot` tells apart several draws of the same step."""
@@ -122,27 +124,15 @@ class _Recorder:
         return value
 
 
-_DISCOVERED: dict = {}
-
-
 def discover_batch(pipeline: Callable, cases) -> Structure:
     """`discover` for one case of a batch (`cases` with a leading case axis), without
     slicing any array; cached on the pipeline and the shapes, so a repeated call is cheap."""
     leaves, treedef = jax.tree_util.tree_flatten(cases)
     try:
         cache_key = (pipeline, treedef, tuple((np.shape(x)[1:], x.dtype) for x in leaves))
-        hash(cache_key)
-    except (TypeError, AttributeError):
-        cache_key = None
-    if cache_key is not None and cache_key in _BATCH_DISCOVERED:
-        return _BATCH_DISCOVERED[cache_key]
-    structure = discover(pipeline, one_case(cases))
-    if cache_key is not None:
-        _BATCH_DISCOVERED[cache_key] = structure
-    return structure
-
-
-_BATCH_DISCOVERED: dict = {}
+    except AttributeError:
+        return discover(pipeline, one_case(cases))
+    return cached("structure.batch", cache_key, lambda: discover(pipeline, one_case(cases)))
 
 
 def one_case(cases):
@@ -166,17 +156,8 @@ def discover(pipeline: Callable, case) -> Structure:
     if not callable(pipeline):
         raise TypeError(f"`pipeline` must be callable, got {type(pipeline).__name__}")
     leaves, treedef = jax.tree_util.tree_flatten(case)
-    try:
-        cache_key = (pipeline, treedef, tuple((np.shape(x), getattr(x, "dtype", type(x))) for x in leaves))
-        hash(cache_key)
-    except TypeError:
-        cache_key = None
-    if cache_key is not None and cache_key in _DISCOVERED:
-        return _DISCOVERED[cache_key]
-    structure = _discover(pipeline, case)
-    if cache_key is not None:
-        _DISCOVERED[cache_key] = structure
-    return structure
+    cache_key = (pipeline, treedef, tuple((np.shape(x), getattr(x, "dtype", type(x))) for x in leaves))
+    return cached("structure", cache_key, lambda: _discover(pipeline, case))
 
 
 def _discover(pipeline: Callable, case) -> Structure:

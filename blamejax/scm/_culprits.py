@@ -21,6 +21,7 @@ import numpy as np
 from jaxtyping import Array, Float, Int
 
 from .._checks import as_key
+from .._compile import compiled
 from ..pipeline import World
 from ._inject import _check_steps, _recorded
 from ._model import (
@@ -64,19 +65,18 @@ class MultiCulpritCases(eqx.Module):
         return int(self.culprits.shape[0])
 
 
-_BUILD: dict = {}
-
-
 def _culprit_function(scm: SCM):
     """Compiled: the multi-culprit cases of a batch of case ids."""
-    shape = _shape(scm)
-    if shape not in _BUILD:
+    return _culprit_function_for(_shape(scm))
 
-        def one(params, key, case_id, culprits, rule):
-            return culprit_case(shape, params, jr.fold_in(key, case_id), culprits, rule)
 
-        _BUILD[shape] = jax.jit(jax.vmap(one, in_axes=(None, None, 0, 0, None)))
-    return _BUILD[shape]
+@compiled("scm.culprits")
+def _culprit_function_for(shape):
+
+    def one(params, key, case_id, culprits, rule):
+        return culprit_case(shape, params, jr.fold_in(key, case_id), culprits, rule)
+
+    return jax.jit(jax.vmap(one, in_axes=(None, None, 0, 0, None)))
 
 
 def multi_culprit_cases(

@@ -26,6 +26,7 @@ import numpy as np
 from jaxtyping import Array, Int
 
 from .._checks import as_key
+from .._compile import cached
 from ..coalitions import mask_values
 from ..noise import world_key
 from ..pipeline import World, discover, factual_plan, run_score
@@ -119,15 +120,14 @@ def _check_steps(steps, num_steps: int, name: str) -> tuple[int, ...]:
     return tuple(out)
 
 
-_SCREEN: dict = {}
-
-
 def _screen_function(scm: SCM):
     """Compiled: for a batch of candidate ids, the clean score, the injected step, the
     injected run's score with no fix and with each step's fix alone, and the injected cases."""
     shape = _shape(scm)
-    if shape in _SCREEN:
-        return _SCREEN[shape]
+    return cached("scm.screen", shape, lambda: _build_screen(scm, shape))
+
+
+def _build_screen(scm: SCM, shape):
     pipeline = scm.pipeline
     n = scm.num_steps
     structure = discover(pipeline, clean_case(shape, _params(scm), jr.key(0)))
@@ -146,9 +146,7 @@ def _screen_function(scm: SCM):
         scores = mask_values(pipeline, structure, injected, world, players, fixes, masks)
         return clean, step, scores, injected
 
-    function = jax.jit(jax.vmap(one, in_axes=(None, None, None, None, None, 0)))
-    _SCREEN[shape] = function
-    return function
+    return jax.jit(jax.vmap(one, in_axes=(None, None, None, None, None, 0)))
 
 
 def _recorded(key_noise, ids) -> World:

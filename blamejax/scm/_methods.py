@@ -18,6 +18,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Float, Int
 
+from .._compile import compiled
 from ..coalitions import mask_values
 
 METHODS = (
@@ -130,20 +131,16 @@ def _differing_steps(choice_a, choice_b, site_step, num_steps):
     return first.astype(np.int32), last.astype(np.int32)
 
 
-_MASKS: dict = {}
-
-
+@compiled("scm.masks")
 def _mask_function(pipeline, structure, n):
     """Compiled: the scores of a set of coalitions for every failure and world."""
-    if (pipeline, structure) not in _MASKS:
-        players, fixes = tuple(range(n)), (1,) * n
+    players, fixes = tuple(range(n)), (1,) * n
 
-        def one(case, world, masks):
-            return mask_values(pipeline, structure, case, world, players, fixes, masks)
+    def one(case, world, masks):
+        return mask_values(pipeline, structure, case, world, players, fixes, masks)
 
-        per_failure = jax.vmap(one, in_axes=(None, 0, None))
-        _MASKS[(pipeline, structure)] = jax.jit(jax.vmap(per_failure, in_axes=(0, 0, None)))
-    return _MASKS[(pipeline, structure)]
+    per_failure = jax.vmap(one, in_axes=(None, 0, None))
+    return jax.jit(jax.vmap(per_failure, in_axes=(0, 0, None)))
 
 
 def _timed(function, repeat: int):

@@ -16,9 +16,8 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from .._checks import check_worlds, leading_size
+from .._compile import compiled
 from ..pipeline import check_finite_logits, discover_batch, trace_run
-
-_CACHE: dict = {}
 
 
 class ReplayFidelity(eqx.Module):
@@ -77,10 +76,8 @@ def replay_fidelity(pipeline: Callable, cases, worlds, observed) -> ReplayFideli
     return ReplayFidelity(sites=names, per_run=match.mean(-1), per_site=match.mean((0, 1)))
 
 
+@compiled("fidelity.choices")
 def _choices_function(pipeline, structure):
     """The factual choices of every case under every world, compiled once per pipeline."""
-    key = ("choices", pipeline, structure)
-    if key not in _CACHE:
-        one = lambda case, world: trace_run(pipeline, structure, case, world)["choice"]  # noqa: E731
-        _CACHE[key] = jax.jit(jax.vmap(jax.vmap(one, in_axes=(None, 0))))
-    return _CACHE[key]
+    one = lambda case, world: trace_run(pipeline, structure, case, world)["choice"]  # noqa: E731
+    return jax.jit(jax.vmap(jax.vmap(one, in_axes=(None, 0))))

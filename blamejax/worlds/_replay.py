@@ -8,6 +8,7 @@ import jax
 import numpy as np
 
 from .._checks import check_worlds, leading_size
+from .._compile import compiled
 from ..pipeline import (
     Hard,
     Plan,
@@ -49,9 +50,6 @@ def replay(pipeline: Callable, cases, worlds: World, plan: Plan | None = None, m
     return _replay_function(pipeline, structure, mode, _plan_features(plan))(cases, worlds, plan)
 
 
-_CACHE: dict = {}
-
-
 def _uses(leaves, pred) -> bool:
     """Whether a plan feature is in use: some leaf is traced, or satisfies `pred`."""
     for leaf in leaves:
@@ -67,22 +65,20 @@ def _plan_features(plan: Plan) -> tuple[bool, bool]:
     return fresh, forced
 
 
+@compiled("replay")
 def _replay_function(pipeline, structure, mode, features=(True, True)):
     """One compiled replay per (pipeline, structure, mode, plan features); the plan is an
     argument. Features a plan does not use (fresh noise streams, forced options) are left
     out of the compiled code, which roughly halves its compile time."""
-    cache_key = (pipeline, structure, mode, features)
-    if cache_key not in _CACHE:
-        fresh, forced = features
-        none = np.int32(-1)
+    fresh, forced = features
+    none = np.int32(-1)
 
-        def one(case, world, plan):
-            steps = tuple(
-                s._replace(noise=s.noise if fresh else none, forced=s.forced if forced else none)
-                for s in plan.steps
-            )
-            plan = plan._replace(steps=steps)
-            return trace_run(pipeline, structure, case, world, plan, mode)
+    def one(case, world, plan):
+        steps = tuple(
+            s._replace(noise=s.noise if fresh else none, forced=s.forced if forced else none)
+            for s in plan.steps
+        )
+        plan = plan._replace(steps=steps)
+        return trace_run(pipeline, structure, case, world, plan, mode)
 
-        _CACHE[cache_key] = jax.jit(jax.vmap(jax.vmap(one, in_axes=(None, 0, None)), in_axes=(0, 0, None)))
-    return _CACHE[cache_key]
+    return jax.jit(jax.vmap(jax.vmap(one, in_axes=(None, 0, None)), in_axes=(0, 0, None)))

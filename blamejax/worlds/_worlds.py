@@ -20,6 +20,7 @@ import numpy as np
 from jaxtyping import Array, Int
 
 from .._checks import as_key, leading_size
+from .._compile import compiled
 from ..noise import abduct_gumbels, abduction_key, stable_hash, world_key
 from ..pipeline import (
     Plan,
@@ -153,28 +154,24 @@ def inferred_worlds(pipeline: Callable, cases, observed, key, num_worlds: int, c
     return World(key=keys, overrides=tuple(overrides), valid=tuple(valid for _ in structure.sites))
 
 
-_SEEN_CACHE: dict = {}
-
-
+@compiled("worlds.seen")
 def _seen_function(pipeline, structure):
     """Compiled: the logits every draw saw when each case is replayed with its observed
     choices (a tuple, one `[F, K]` per site), and the logit of each observed option
     (`[F, sites]`, checked on the host: `-inf` means it could not have been chosen)."""
-    if (pipeline, structure) not in _SEEN_CACHE:
 
-        def seen(cases, observed, key):
-            world = World(key=key)
-            logits = jax.vmap(
-                lambda c, o: trace_run(pipeline, structure, c, world, observed_plan(structure, o))["logits"]
-            )(cases, observed)
-            picked = [
-                jnp.take_along_axis(logits[i], observed[:, i, None], axis=1)[:, 0]
-                for i in range(len(structure.sites))
-            ]
-            return logits, jnp.stack(picked, axis=1)
+    def seen(cases, observed, key):
+        world = World(key=key)
+        logits = jax.vmap(
+            lambda c, o: trace_run(pipeline, structure, c, world, observed_plan(structure, o))["logits"]
+        )(cases, observed)
+        picked = [
+            jnp.take_along_axis(logits[i], observed[:, i, None], axis=1)[:, 0]
+            for i in range(len(structure.sites))
+        ]
+        return logits, jnp.stack(picked, axis=1)
 
-        _SEEN_CACHE[(pipeline, structure)] = jax.jit(seen)
-    return _SEEN_CACHE[(pipeline, structure)]
+    return jax.jit(seen)
 
 
 @jax.jit
