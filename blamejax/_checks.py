@@ -12,7 +12,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import PRNGKeyArray
 
-from .pipeline import Structure, World
+from .pipeline import Hard, Relaxed, Structure, World
 
 
 def as_key(key) -> PRNGKeyArray:
@@ -139,3 +139,22 @@ def check_threshold(threshold) -> float:
     ):
         raise ValueError(f"`threshold` must be a finite number, got {threshold!r}")
     return float(threshold)
+
+
+def check_mode(mode):
+    """`mode` must be `Hard()` or `Relaxed(tau)` (an instance, not a string or the class)."""
+    if isinstance(mode, (Hard, Relaxed)):
+        return mode
+    raise TypeError(
+        f"`mode` must be blamejax.Hard() or blamejax.Relaxed(tau), got {mode!r}"
+    )
+
+
+def check_scores_in_range(low: float, high: float, score_range) -> None:
+    """The lowest and highest score a pipeline returned must lie in the declared range."""
+    low_decl, high_decl = score_range
+    if float(low) < low_decl or float(high) > high_decl:
+        raise ValueError(
+            f"the pipeline returned scores in [{float(low)}, {float(high)}], outside the declared "
+            f"`score_range` {tuple(score_range)}; declare the true range (the confidence bounds use it)"
+        )

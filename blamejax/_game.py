@@ -1,1 +1,79 @@
-class Game: pass
+"""The game: what a call blames, discovered and checked once.
+
+A `Game` holds the pipeline, its discovered structure, the players (the steps to blame), each
+player's fix variant, the sampling mode and the declared score range. Every estimator builds
+one at its entry (`make_game`, which runs the argument checks) and passes it on as one value;
+it is hashable, so it is also the key of the compiled functions in the one compile cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+from ._checks import check_mode, check_score_range, leading_size, resolve_players
+from .pipeline import Hard, Relaxed, Structure, discover_batch
+
+
+class Game(NamedTuple):
+    """What one call blames.
+
+    - `pipeline`: `pipeline(ctx, case) -> score`, written for one failure, world and plan.
+    - `structure`: its `Structure` (steps, draw sites, deterministic sites).
+    - `players`: indices into `structure.steps` of the steps to blame, in pipeline order.
+    - `fixes`: each player's fix variant (1 unless `fixes=` chose another).
+    - `mode`: `Hard()` or `Relaxed(tau)`.
+    - `score_range`: the declared `(low, high)` of the score.
+    """
+
+    pipeline: Callable
+    structure: Structure
+    players: tuple[int, ...]
+    fixes: tuple[int, ...]
+    mode: Hard | Relaxed
+    score_range: tuple[float, float]
+
+    @property
+    def steps(self) -> tuple[str, ...]:
+        """The players' step names, the order of every step axis of a result."""
+        return tuple(self.structure.steps[p] for p in self.players)
+
+    @property
+    def num_players(self) -> int:
+        return len(self.players)
+
+    @classmethod
+    def make(cls, pipeline: Callable, cases, **kwargs) -> Game:
+        """`make_game(pipeline, cases, **kwargs)`."""
+        return make_game(pipeline, cases, **kwargs)
+
+
+def make_game(
+    pipeline: Callable,
+    cases,
+    *,
+    steps: Sequence[str] | None = None,
+    fixes: dict | None = None,
+    mode=Hard(),
+    score_range=(0.0, 1.0),
+) -> Game:
+    """Check the arguments every estimator shares and discover the pipeline's structure from
+    `cases` (a pytree with a leading case axis), once.
+
+    **Raises:** `TypeError`/`ValueError` naming the argument: empty or ragged `cases`, a
+    `pipeline` that is not callable or makes no draw, unknown `steps`, bad `fixes`, a `mode`
+    that is not `Hard()`/`Relaxed(tau)`, a malformed `score_range`.
+
+    ```python
+    import blamejax as bj
+    game = bj.Game.make(bj.demos.refund_pipeline, bj.demos.refund_cases(2))
+    print(game.steps)
+    ```
+    """
+    leading_size(cases)
+    low_high = check_score_range(score_range)
+    mode = check_mode(mode)
+    structure = discover_batch(pipeline, cases)
+    players, variants = resolve_players(structure, steps, fixes)
+    return Game(pipeline, structure, players, variants, mode, low_high)
+

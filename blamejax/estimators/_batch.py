@@ -7,31 +7,35 @@ would invalidate the interval across failures). Across failures the mean Shapley
 each step gets an anytime-valid confidence interval, and the batch can stop as soon as the
 top step is separated from all others.
 
-This module holds `blame_batch` and its private helpers (worlds, per-failure analysis,
-noise modes). Its neighbours: the result type `BatchResult` is in
-`_batch_result.py`, the interval across failures and the stopping rule
-(`checkpoint_interval`) in `_batch_interval.py`, the reports in `_report.py`.
+`blame_batch` runs in four named phases: `_batch_front` runs every case once and picks the
+failures; `_batch_init` selects them, with their fully fixed runs (the drill-down) and their
+worlds; `_batch_step` analyses one block of failures and decides the checkpoints it reaches;
+`_batch_finish` computes the statistics across failures and builds the `BatchResult`.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
+from jaxtyping import Float, Int
 
-from .._checks import as_key, check_score_range, leading_size, resolve_players
+from .._checks import as_key, check_scores_in_range, leading_size
 from .._compile import compiled
+from .._game import Game, make_game
 from ..coalitions import last_step_blame, mask_plan, mask_values
 from ..noise import world_key
-from ..pipeline import Hard, World, check_finite_logits, discover_batch, trace_run
+from ..pipeline import Hard, World, check_finite_logits, trace_run
 from ..stats import INTERVAL_RULES, checkpoint_interval, checkpoints, top_separated_at
 from ..worlds import fresh_worlds, inferred_worlds, recorded_worlds
-from ._batch_result import BatchResult
-from ._exact import _exact_run, _take
+from ._exact import exact_run, take_rows
+from ._mc import mc_shapley_fixed
 
 NOISE_MODES = {
     "recorded": "counterfactual, this run's own luck: had this step run its fix, with the "
@@ -43,6 +47,51 @@ NOISE_MODES = {
 }
 EXACT_AUTO_LIMIT = 14
 STOP_EARLY_BLOCK = 32  # failures analysed per compiled call when stopping early
+
+
+class BatchSettings(NamedTuple):
+    """What a `blame_batch` run was asked for, checked once."""
+
+    game: Game
+    key: object  # the typed root key
+    noise: str
+    num_worlds: int
+    observed: object  # observed choices for inferred noise, or None
+    threshold: float
+    estimator: str  # "exact" or "mc" ("auto" resolved)
+    num_permutations: int
+    interval: str
+    delta: float
+    stop_early: bool
+    first_checkpoint: int
+    growth: float
+    value_range: float  # the width of the interval a Shapley value lies in
+
+
+class BatchFront(NamedTuple):
+    """Every case run once as it happened (recorded noise), and the failures to analyse."""
+
+    num_cases: int
+    recorded: World  # key shape=(C, 1), every case's recorded world
+    scores: np.ndarray  # shape=(C,), the factual scores
+    choices: np.ndarray  # shape=(C, sites), the factual choices
+    num_failures: int  # cases with score < threshold
+    failed: np.ndarray  # shape=(A,), the failures to analyse, in the seeded visiting order
+
+
+class BatchState(NamedTuple):
+    """Where the stream of failures stands."""
+
+    cases: object  # the failures' cases, shape=(A, ...), in visiting order
+    worlds: World  # their worlds, key shape=(A, W)
+    fixed_choices: object  # shape=(A, sites), the choices of each failure's fully fixed run
+    marks: tuple[int, ...]  # the checkpoints of the failure stream, in failures
+    start: int  # failures analysed so far
+    k: int  # checkpoints decided so far
+    blocks: tuple  # one dict of per-failure arrays per analysed block
+    separated_at: dict  # rule -> failures needed to separate the top step, or None
+    stopped: int | None  # the checkpoint at which the batch stopped early, or None
+    evaluations: int  # pipeline runs so far
 
 
 def blame_batch(
@@ -114,102 +163,153 @@ def blame_batch(
         raise ValueError(f"`num_worlds` must be a positive int (W >= 1), got {num_worlds!r}")
     if not 0 < delta < 1:
         raise ValueError(f"`delta` must be in (0, 1), got {delta!r}")
-    low, high = check_score_range(score_range)
+    game = make_game(pipeline, cases, steps=steps, fixes=fixes, mode=mode, score_range=score_range)
+    low, high = game.score_range
     threshold = high if threshold is None else float(threshold)
     if not low < threshold <= high:
         raise ValueError(f"`threshold` must lie in ({low}, {high}], got {threshold}")
-    key = as_key(key)
-    num_cases = leading_size(cases)
-    structure = discover_batch(pipeline, cases)
-    players, variants = resolve_players(structure, steps, fixes)
-    n = len(players)
-    names = tuple(structure.steps[p] for p in players)
+    if max_failures is not None and (not isinstance(max_failures, int) or max_failures < 1):
+        raise ValueError(f"`max_failures` must be a positive int, got {max_failures!r}")
     if estimator == "auto":
-        estimator = "exact" if n <= EXACT_AUTO_LIMIT else "mc"
-
-    # 1. Every case once, as it happened (recorded noise). A pass costs one evaluation.
+        estimator = "exact" if game.num_players <= EXACT_AUTO_LIMIT else "mc"
+    settings = BatchSettings(
+        game=game,
+        key=as_key(key),
+        noise=noise,
+        num_worlds=int(num_worlds),
+        observed=observed,
+        threshold=threshold,
+        estimator=estimator,
+        num_permutations=num_permutations,
+        interval=interval,
+        delta=float(delta),
+        stop_early=stop_early,
+        first_checkpoint=first_checkpoint,
+        growth=growth,
+        value_range=2.0 * (high - low),
+    )
     check_finite_logits(cases)  # before the transfer: host arrays are checked where they are
     cases = jax.tree_util.tree_map(jnp.asarray, cases)  # on the device once, sliced there
-    recorded, scores, choices = _front_function(pipeline, structure, mode)(cases, key)
-    scores, choices = np.asarray(scores), np.asarray(choices)
-    failed = np.flatnonzero(scores < threshold)
-    evaluations = num_cases
-    failed = failed[np.asarray(_visit_order(key, failed.size))]
-    if max_failures is not None:
-        if not isinstance(max_failures, int) or max_failures < 1:
-            raise ValueError(f"`max_failures` must be a positive int, got {max_failures!r}")
-        failed = failed[:max_failures]
-    num_failures = int(np.sum(scores < threshold))
-    value_range = 2.0 * (high - low)
-    if failed.size == 0:
-        return _empty_result(structure, names, noise, estimator, interval, delta, threshold, (low, high), num_cases, evaluations, option_names)
-
-    # 2. The failures to analyse, their fully fixed runs under their own noise (for the
-    #    drill-down; one evaluation each) and their worlds.
-    select = _select_function(pipeline, structure, players, variants, mode)
-    all_cases, own_worlds, fixed_choices = select(cases, recorded, jnp.asarray(failed, jnp.int32))
-    evaluations += failed.size
-    if noise == "recorded":  # the failures' own worlds
-        all_worlds = own_worlds
-    else:
-        all_worlds = _worlds(pipeline, all_cases, failed, key, noise, num_worlds, observed, choices)
-
-    # 3. Per-failure values. Intervals are formed and stopping decided only at the checkpoints
-    #    of the failure stream; values are computed in blocks of a fixed size (one compiled
-    #    shape), or all at once when the batch does not stop early.
-    marks = checkpoints(first_checkpoint, growth, int(failed.size)) if failed.size > first_checkpoint else (int(failed.size),)
-    block_size = STOP_EARLY_BLOCK if stop_early else int(failed.size)
-    blocks, separated_at, stopped = [], {rule: None for rule in INTERVAL_RULES}, None
-    bar = _progress(progress, int(failed.size))
-    start, k = 0, 0
-    while start < failed.size and stopped is None:
-        rows = np.arange(start, min(start + block_size, failed.size))
-        if rows.size == failed.size:
-            block_cases, block_worlds = all_cases, all_worlds
-        else:
-            block_cases, block_worlds = _take((all_cases, all_worlds), jnp.asarray(rows, jnp.int32))
-        block = _analyse(
-            pipeline, block_cases, block_worlds,
-            names, fixes, (low, high), estimator, num_permutations, key, start, mode, threshold,
-        )
-        evaluations += block.pop("evaluations")
-        blocks.append(block)
+    front = _batch_front(settings, cases, max_failures)
+    if front.failed.size == 0:
+        return _empty_result(settings, front, option_names)
+    state = _batch_init(settings, front, cases)
+    bar = _progress(progress, int(front.failed.size))
+    while state.start < front.failed.size and state.stopped is None:
+        state = _batch_step(settings, state)
         if bar is not None:
-            bar.update(len(rows))
-        start = int(rows[-1]) + 1
-        values = np.concatenate([b["shapley"] for b in blocks])
-        reached = k + int(np.searchsorted(marks[k:], start, side="right"))  # marks <= start
-        if reached > k:  # checkpoints k+1..reached, decided at once
-            ts, ks = marks[k:reached], np.arange(k + 1, reached + 1)
-            first = {}
-            for rule in INTERVAL_RULES:
-                if separated_at[rule] is None:
-                    hits = np.flatnonzero(top_separated_at(values, ts, ks, rule, delta, value_range))
-                    first[rule] = int(hits[0]) if hits.size else None
-            looked = len(ts)  # when the batch stops, checkpoints after the stop are not looked at
-            if stop_early and first.get(interval) is not None:
-                looked = first[interval] + 1
-                stopped = k + looked
-            for rule, j in first.items():
-                if j is not None and j < looked:
-                    separated_at[rule] = int(ts[j])
-            k = reached
+            bar.update(state.start - bar.n)
     if bar is not None:
         bar.close()
+    return _batch_finish(settings, front, state, option_names)
+
+
+def _batch_front(settings: BatchSettings, cases, max_failures) -> BatchFront:
+    """Every case once, as it happened (recorded noise); a pass costs one evaluation. The
+    failures are visited in a seeded random order (at most `max_failures` of them)."""
+    game = settings.game
+    num_cases = leading_size(cases)
+    recorded, scores, choices = _front_function(game.pipeline, game.structure, game.mode)(cases, settings.key)
+    scores, choices = np.asarray(scores), np.asarray(choices)
+    failed = np.flatnonzero(scores < settings.threshold)
+    failed = failed[np.asarray(_visit_order(settings.key, failed.size))]
+    if max_failures is not None:
+        failed = failed[:max_failures]
+    return BatchFront(
+        num_cases=num_cases,
+        recorded=recorded,
+        scores=scores,
+        choices=choices,
+        num_failures=int(np.sum(scores < settings.threshold)),
+        failed=failed,
+    )
+
+
+def _batch_init(settings: BatchSettings, front: BatchFront, cases) -> BatchState:
+    """The failures to analyse, their fully fixed runs under their own noise (for the
+    drill-down; one evaluation each), their worlds, and the checkpoints of the stream."""
+    game, failed = settings.game, front.failed
+    select = _select_function(game)
+    failed_cases, own_worlds, fixed_choices = select(cases, front.recorded, jnp.asarray(failed, jnp.int32))
+    if settings.noise == "recorded":  # the failures' own worlds
+        worlds = own_worlds
+    else:
+        worlds = _worlds(settings, failed_cases, failed, front.choices)
+    size = int(failed.size)
+    if size > settings.first_checkpoint:
+        marks = checkpoints(settings.first_checkpoint, settings.growth, size)
+    else:
+        marks = (size,)
+    return BatchState(
+        cases=failed_cases,
+        worlds=worlds,
+        fixed_choices=fixed_choices,
+        marks=tuple(marks),
+        start=0,
+        k=0,
+        blocks=(),
+        separated_at={rule: None for rule in INTERVAL_RULES},
+        stopped=None,
+        evaluations=front.num_cases + size,
+    )
+
+
+def _batch_step(settings: BatchSettings, state: BatchState) -> BatchState:
+    """Analyse the next block of failures, then decide every checkpoint of the stream it
+    reaches. Intervals are formed and stopping decided only at those checkpoints; values are
+    computed in blocks of a fixed size (one compiled shape) when stopping early, or all at
+    once otherwise."""
+    size = state.worlds.key.shape[0]
+    block_size = STOP_EARLY_BLOCK if settings.stop_early else size
+    rows = np.arange(state.start, min(state.start + block_size, size))
+    if rows.size == size:
+        block_cases, block_worlds = state.cases, state.worlds
+    else:
+        block_cases, block_worlds = take_rows((state.cases, state.worlds), jnp.asarray(rows, jnp.int32))
+    block = _analyse(settings, block_cases, block_worlds, state.start)
+    evaluations = state.evaluations + block.pop("evaluations")
+    blocks = state.blocks + (block,)
+    start = int(rows[-1]) + 1
+    marks, k = state.marks, state.k
+    separated_at, stopped = dict(state.separated_at), None
+    values = np.concatenate([b["shapley"] for b in blocks])
+    reached = k + int(np.searchsorted(marks[k:], start, side="right"))  # marks <= start
+    if reached > k:  # checkpoints k+1..reached, decided at once
+        ts, ks = marks[k:reached], np.arange(k + 1, reached + 1)
+        first = {}
+        for rule in INTERVAL_RULES:
+            if separated_at[rule] is None:
+                hits = np.flatnonzero(top_separated_at(values, ts, ks, rule, settings.delta, settings.value_range))
+                first[rule] = int(hits[0]) if hits.size else None
+        looked = len(ts)  # when the batch stops, checkpoints after the stop are not looked at
+        if settings.stop_early and first.get(settings.interval) is not None:
+            looked = first[settings.interval] + 1
+            stopped = k + looked
+        for rule, j in first.items():
+            if j is not None and j < looked:
+                separated_at[rule] = int(ts[j])
+        k = reached
+    return state._replace(
+        start=start, k=k, blocks=blocks, separated_at=separated_at, stopped=stopped, evaluations=evaluations
+    )
+
+
+def _batch_finish(settings: BatchSettings, front: BatchFront, state: BatchState, option_names) -> BatchResult:
+    """The statistics across the analysed failures, and the result on the host; the
+    drill-down shows the failed run and the fully fixed run of each analysed failure."""
+    game, marks, stopped = settings.game, state.marks, state.stopped
+    n = game.num_players
     k_last = stopped if stopped is not None else len(marks)
-    cat = {name: np.concatenate([b[name] for b in blocks]) for name in blocks[0]}
+    cat = {name: np.concatenate([b[name] for b in state.blocks]) for name in state.blocks[0]}
     if stopped is not None:  # values computed past the stopping checkpoint are not looked at
         cat = {name: value[: marks[stopped - 1]] for name, value in cat.items()}
-    analysed = failed[: cat["shapley"].shape[0]]
+    analysed = front.failed[: cat["shapley"].shape[0]]
     values = cat["shapley"]
-    mean, lo, hi, _ = checkpoint_interval(values, k_last, interval, delta, value_range)
+    mean, lo, hi, _ = checkpoint_interval(values, k_last, settings.interval, settings.delta, settings.value_range)
     total = cat["total"]
     share = values.sum(0) / total.sum() if abs(total.sum()) > 0 else np.full(n, np.nan)
     last = cat["last_step"]
     last_rate = np.array([(last == i).mean() for i in range(n)])
-
-    # 4. The result, on the host; the drill-down shows the failed run and the fully fixed run
-    #    of each analysed failure.
     arrays = dict(
         failure_ids=analysed,
         shapley=values,
@@ -224,61 +324,61 @@ def blame_batch(
         share_of_repair=share,
         resolve_rate=cat["resolve"].mean(0),
         last_step_rate=last_rate,
-        factual_choice=choices[analysed],
-        fixed_choice=np.asarray(fixed_choices)[: analysed.size],
-        factual_score=scores[analysed],
+        factual_choice=front.choices[analysed],
+        fixed_choice=np.asarray(state.fixed_choices)[: analysed.size],
+        factual_score=front.scores[analysed],
     )
+    estimator = settings.estimator
     return BatchResult(
-        steps=names,
-        site_steps=tuple(s.step for s in structure.sites),
-        option_names=_option_names(option_names, structure),
-        noise=noise,
-        question=NOISE_MODES[noise],
-        estimator=estimator if estimator == "exact" else f"mc ({num_permutations} permutations per world)",
-        interval=interval,
-        delta=float(delta),
-        threshold=threshold,
-        score_range=(low, high),
-        num_cases=num_cases,
-        num_failures=num_failures,
-        evaluations=int(evaluations),
-        separated=separated_at[interval] is not None,
-        separated_at=separated_at,
+        steps=game.steps,
+        site_steps=tuple(s.step for s in game.structure.sites),
+        option_names=_option_names(option_names, game.structure),
+        noise=settings.noise,
+        question=NOISE_MODES[settings.noise],
+        estimator=estimator if estimator == "exact" else f"mc ({settings.num_permutations} permutations per world)",
+        interval=settings.interval,
+        delta=settings.delta,
+        threshold=settings.threshold,
+        score_range=game.score_range,
+        num_cases=front.num_cases,
+        num_failures=front.num_failures,
+        evaluations=int(state.evaluations),
+        separated=state.separated_at[settings.interval] is not None,
+        separated_at=state.separated_at,
         **{name: np.asarray(value) for name, value in arrays.items()},
     )
 
 
-def _worlds(pipeline, sub_cases, ids, key, noise, num_worlds, observed, choices) -> World:
+def _worlds(settings: BatchSettings, sub_cases, ids, choices) -> World:
+    """The failures' worlds under inferred or fresh noise."""
+    key, noise, num_worlds = settings.key, settings.noise, settings.num_worlds
     if noise == "recorded":
         return recorded_worlds(key, ids)
     if noise == "fresh":
         return fresh_worlds(key, ids, num_worlds)
+    observed = settings.observed
     obs = choices[ids] if observed is None else np.asarray(observed)[ids]
-    worlds = inferred_worlds(pipeline, sub_cases, obs, jr.fold_in(key, 0xABD), num_worlds, case_ids=ids)
-    return worlds
+    pipeline = settings.game.pipeline
+    return inferred_worlds(pipeline, sub_cases, obs, jr.fold_in(key, 0xABD), num_worlds, case_ids=ids)
 
 
-def _analyse(pipeline, cases, worlds, names, fixes, score_range, estimator, num_permutations, key, start, mode, threshold):
-    n = len(names)
+def _analyse(settings: BatchSettings, cases, worlds, start: int) -> dict:
+    """Per-failure values of one block: host arrays (float64), and the evaluations spent."""
+    game = settings.game
+    n = game.num_players
     num_f, num_w = worlds.key.shape
-    if estimator == "exact":
-        result, resolve = _exact_run(
-            pipeline, cases, worlds, names, fixes, score_range, False, mode, max(n, 20), None, None, threshold
-        )
+    if settings.estimator == "exact":
+        result, resolve = exact_run(game, cases, worlds, max_steps=max(n, 20), threshold=settings.threshold)
         out = jax.device_get(
             dict(shapley=result.shapley, total=result.total, empty=result.empty, full=result.full,
                  last_step=result.last_step, resolve=resolve)
         )  # one transfer
         out = {name: value.astype(np.float64) if name != "last_step" else value for name, value in out.items()}
         return dict(out, evaluations=num_f * num_w * (1 << n))
-    key = jr.fold_in(key, start)
-    structure = discover_batch(pipeline, cases)
-    players, variants = resolve_players(structure, names, fixes)
-    function = _mc_function(pipeline, structure, players, variants, mode, num_permutations)
-    estimate, empty, full, last, resolve = function(cases, worlds, key, threshold)
-    low, high = score_range
-    if float(np.min(empty)) < low or float(np.max(full)) > high:
-        raise ValueError(f"the pipeline returned scores outside the declared `score_range` {score_range}")
+    key = jr.fold_in(settings.key, start)
+    function = _mc_function(game, settings.num_permutations)
+    estimate, empty, full, last, resolve = function(cases, worlds, key, settings.threshold)
+    check_scores_in_range(np.min(empty), np.max(full), game.score_range)
     return dict(
         shapley=np.asarray(estimate.values, np.float64),
         total=np.asarray(full - empty, np.float64),
@@ -286,17 +386,16 @@ def _analyse(pipeline, cases, worlds, names, fixes, score_range, estimator, num_
         full=np.asarray(full, np.float64),
         last_step=np.asarray(last),
         resolve=np.asarray(resolve, np.float64),
-        evaluations=num_f * num_w * (2 + num_permutations * (n - 1) + n),  # + n: the fixes alone
+        evaluations=num_f * num_w * (2 + settings.num_permutations * (n - 1) + n),  # + n: the fixes alone
     )
 
 
 @compiled("batch.mc")
-def _mc_function(pipeline, structure, players, variants, mode, num_permutations):
+def _mc_function(game: Game, num_permutations: int):
     """Compiled: a fixed number of permutations per failure (`mc_shapley_fixed`, vmapped over
     failures), v(empty), v(all), last-step blame, and the share of worlds in which fixing each
     player alone reaches `threshold`."""
-    from ._mc import mc_shapley_fixed
-
+    pipeline, structure, players, variants, mode, _ = game
     n = len(players)
     masks = np.concatenate([np.zeros((1, n), bool), np.ones((1, n), bool), np.eye(n, dtype=bool)])
 
@@ -333,10 +432,11 @@ def _front_function(pipeline, structure, mode):
 
 
 @compiled("batch.select")
-def _select_function(pipeline, structure, players, variants, mode):
+def _select_function(game: Game):
     """Compiled: the rows `rows` of the cases and of their recorded worlds, and the choices of
     each selected case's fully fixed run under its recorded noise (the drill-down's other
     side), `(cases, worlds, rows) -> (cases [A], World [A, 1], choice [A, sites])`."""
+    pipeline, structure, players, variants, mode, _ = game
     full = np.ones(len(players), bool)
 
     def select(cases, worlds, rows):
@@ -382,16 +482,20 @@ def _option_names(option_names, structure):
     return tuple(out)
 
 
-def _empty_result(structure, names, noise, estimator, interval, delta, threshold, score_range, num_cases, evaluations, option_names):
+def _empty_result(settings: BatchSettings, front: BatchFront, option_names) -> BatchResult:
+    """The result of a test set with no failure to analyse: nothing to blame, not an error."""
+    game = settings.game
+    structure, names = game.structure, game.steps
     n = len(names)
     sites = len(structure.sites)
     z = np.zeros((0,))
     nan = np.full((n,), np.nan)
     return BatchResult(
         steps=names, site_steps=tuple(s.step for s in structure.sites),
-        option_names=_option_names(option_names, structure), noise=noise, question=NOISE_MODES[noise],
-        estimator=estimator, interval=interval, delta=float(delta), threshold=threshold,
-        score_range=score_range, num_cases=num_cases, num_failures=0, evaluations=evaluations,
+        option_names=_option_names(option_names, structure), noise=settings.noise,
+        question=NOISE_MODES[settings.noise], estimator=settings.estimator, interval=settings.interval,
+        delta=settings.delta, threshold=settings.threshold, score_range=game.score_range,
+        num_cases=front.num_cases, num_failures=0, evaluations=front.num_cases,
         separated=False, separated_at={rule: None for rule in INTERVAL_RULES},
         failure_ids=np.zeros((0,), np.int64), shapley=np.zeros((0, n)), total=z, empty=z, full=z,
         resolve=np.zeros((0, n)), last_step=np.zeros((0, 1), np.int32), mean_shapley=nan,
@@ -399,3 +503,114 @@ def _empty_result(structure, names, noise, estimator, interval, delta, threshold
         factual_choice=np.zeros((0, sites), np.int32), fixed_choice=np.zeros((0, sites), np.int32),
         factual_score=z,
     )
+
+
+# --------------------------------------------------------------------------------------
+# The result.
+# --------------------------------------------------------------------------------------
+
+
+class BatchResult(eqx.Module):
+    """Blame over a test set. Step axes follow `steps`; failure axes follow `failure_ids`
+    (the analysed failures, in the seeded order they were visited). Its arrays are NumPy
+    arrays on the host: the statistics across failures are computed there, in float64.
+
+    - `noise`, `question`: the noise mode and the question it answers.
+    - `num_cases`, `num_failures`: cases run, and failures among them (score < threshold).
+    - `failure_ids`: `Int[np.ndarray, "A"]`, case index of each analysed failure (A <= num_failures).
+    - `shapley`: `Float[np.ndarray, "A n"]` per-failure Shapley values; `total`, `empty`, `full`:
+      `[A]` total repair v(all) - v(empty), v(empty), v(all) (means over worlds).
+    - `resolve`: `Float[np.ndarray, "A n"]`, per failure the share of worlds in which fixing the step
+      alone reaches the threshold.
+    - `last_step`: `Int[np.ndarray, "A W"]`, last-step blame per world (-1: no step differs).
+    - `mean_shapley`, `lower`, `upper`: `[n]` mean Shapley value and its anytime-valid interval
+      (rule `interval`) at the last checkpoint reached.
+    - `share_of_repair`: `[n]`, `sum_f phi_fi / sum_f (v_f(all) - v_f(empty))`.
+    - `resolve_rate`: `[n]`, mean of `resolve`; `last_step_rate`: `[n]`, the share of
+      (failure, world) pairs whose last-step blame names the step.
+    - `separated_at`: `{rule: failures needed or None}` for every interval rule on the same
+      stream of failures; `separated`: whether the chosen rule separated the top step.
+    - `factual_choice`, `fixed_choice`: `Int[np.ndarray, "A sites"]`, every draw's option in the
+      failed run and in the fully fixed run (world 0), for the drill-down.
+    - `evaluations`: pipeline runs made: one per case (run as it happened), one per failure to
+      analyse (its fully fixed run, for the drill-down), plus the analysis's coalition
+      evaluations.
+    """
+
+    steps: tuple[str, ...] = eqx.field(static=True)
+    site_steps: tuple[str, ...] = eqx.field(static=True)
+    option_names: tuple | None = eqx.field(static=True)
+    noise: str = eqx.field(static=True)
+    question: str = eqx.field(static=True)
+    estimator: str = eqx.field(static=True)
+    interval: str = eqx.field(static=True)
+    delta: float = eqx.field(static=True)
+    threshold: float = eqx.field(static=True)
+    score_range: tuple[float, float] = eqx.field(static=True)
+    num_cases: int = eqx.field(static=True)
+    num_failures: int = eqx.field(static=True)
+    evaluations: int = eqx.field(static=True)
+    separated: bool = eqx.field(static=True)
+    separated_at: dict = eqx.field(static=True)
+    failure_ids: Int[np.ndarray, " A"]
+    shapley: Float[np.ndarray, "A n"]
+    total: Float[np.ndarray, " A"]
+    empty: Float[np.ndarray, " A"]
+    full: Float[np.ndarray, " A"]
+    resolve: Float[np.ndarray, "A n"]
+    last_step: Int[np.ndarray, "A W"]
+    mean_shapley: Float[np.ndarray, " n"]
+    lower: Float[np.ndarray, " n"]
+    upper: Float[np.ndarray, " n"]
+    share_of_repair: Float[np.ndarray, " n"]
+    resolve_rate: Float[np.ndarray, " n"]
+    last_step_rate: Float[np.ndarray, " n"]
+    factual_choice: Int[np.ndarray, "A sites"]
+    fixed_choice: Int[np.ndarray, "A sites"]
+    factual_score: Float[np.ndarray, " A"]
+
+    @property
+    def num_analysed(self) -> int:
+        return int(self.failure_ids.shape[0])
+
+    def table(self) -> str:
+        """The terminal table: one row per step."""
+        from ..report import batch_table
+
+        return batch_table(self)
+
+    def to_dict(self) -> dict:
+        """Every field as plain Python values (ready for `json.dump`)."""
+        from ..report import batch_to_dict
+
+        return batch_to_dict(self)
+
+    def to_json(self, path) -> None:
+        """Write `to_dict()` to `path` as JSON."""
+        import json
+
+        with open(path, "w") as f:
+            json.dump(self.to_dict(), f, indent=1)
+
+    def to_dataframe(self):
+        """Per-step summary as a pandas DataFrame (needs pandas installed)."""
+        from ..report import batch_dataframe
+
+        return batch_dataframe(self)
+
+    def to_html(self) -> str:
+        """A single self-contained HTML report (no network, no external assets)."""
+        from ..report import batch_html
+
+        return batch_html(self)
+
+    def save_html(self, path) -> None:
+        """Write `to_html()` to `path`."""
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(self.to_html())
+
+    def _repr_html_(self) -> str:
+        return self.to_html()
+
+    def __str__(self) -> str:
+        return self.table()

@@ -17,10 +17,11 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
-from .._checks import check_score_range, check_worlds, leading_size, resolve_players
+from .._checks import check_scores_in_range, check_worlds, leading_size
 from .._compile import compiled, note_trace
+from .._game import Game, make_game
 from ..coalitions import coalition_values, last_step_blame
-from ..pipeline import Hard, World, check_finite_logits, discover_batch, world_noise
+from ..pipeline import Hard, World, check_finite_logits, world_noise
 from ..reduction import attribute
 from ..report import number, step_rows
 
@@ -103,7 +104,10 @@ def _bucket(count: int, chunk: int) -> int:
 
 
 @compiled("exact.chunk")
-def _chunk_function(pipeline, structure, players, fixes, mode, interactions, world_group):
+def _chunk_function(game: Game, interactions: bool, world_group: int):
+    """The compiled call that blames one chunk of failures (cached per game and settings;
+    traced once per chunk shape)."""
+    pipeline, structure, players, fixes, mode, _ = game
     bits = np.array([1 << j for j in range(len(players))])
 
     def cube(case, world):
@@ -186,7 +190,7 @@ def _failure_sharding(devices):
 
 
 @jax.jit
-def _take(tree, index):
+def take_rows(tree, index):
     """Rows `index` of every leaf (on the device): one chunk of failures, padded."""
     return jax.tree_util.tree_map(lambda x: x[index], tree)
 
@@ -258,23 +262,25 @@ def exact_blame(
     print(result.table())
     ```
     """
-    return _exact_run(
-        pipeline, cases, worlds, steps, fixes, score_range, interactions, mode, max_steps, chunk_size, devices
+    # On the device once (a no-op for JAX arrays), and sliced there.
+    cases = jax.tree_util.tree_map(lambda x: x if isinstance(x, jax.Array) else jnp.asarray(x), cases)
+    game = make_game(pipeline, cases, steps=steps, fixes=fixes, mode=mode, score_range=score_range)
+    return exact_run(
+        game, cases, worlds, interactions=interactions, max_steps=max_steps, chunk_size=chunk_size, devices=devices
     )[0]
 
 
-def _exact_run(
-    pipeline, cases, worlds, steps, fixes, score_range, interactions, mode, max_steps, chunk_size, devices, threshold=None
+def exact_run(
+    game: Game, cases, worlds: World, *, interactions=False, max_steps=DEFAULT_MAX_STEPS, chunk_size=None, devices=None, threshold=None
 ):
-    """`exact_blame`, and (for `blame_batch`) with `threshold` given, the share of worlds in
-    which fixing each player alone reaches it, `[F, n]`, from the same coalition tables."""
+    """`exact_blame` of a checked `game`, and (for `blame_batch`) with `threshold` given, the
+    share of worlds in which fixing each player alone reaches it, `[F, n]`, from the same
+    coalition tables."""
     num_failures = leading_size(cases)
-    lo_decl, hi_decl = check_score_range(score_range)
+    structure = game.structure
     # On the device once (a no-op for JAX arrays), and sliced there.
     cases = jax.tree_util.tree_map(lambda x: x if isinstance(x, jax.Array) else jnp.asarray(x), cases)
-    structure = discover_batch(pipeline, cases)
-    players, variants = resolve_players(structure, steps, fixes)
-    n = len(players)
+    n = game.num_players
     if not isinstance(max_steps, int) or max_steps < 1:
         raise ValueError(f"`max_steps` must be a positive int, got {max_steps!r}")
     if n > max_steps:
@@ -295,7 +301,7 @@ def _exact_run(
         chunk_size = 1 << (chunk_size.bit_length() - 1)
     elif not isinstance(chunk_size, int) or chunk_size < 1 or chunk_size & (chunk_size - 1):
         raise ValueError(f"`chunk_size` must be a positive power of two, got {chunk_size!r}")
-    function = _chunk_function(pipeline, structure, players, variants, mode, interactions, world_group)
+    function = _chunk_function(game, interactions, world_group)
     sharding = _failure_sharding(devices)
     width = 1 if sharding is None else sharding.mesh.size
     chunk_size = max(chunk_size, width)
@@ -308,7 +314,7 @@ def _exact_run(
         else:
             index = np.arange(start, start + bucket)
             index = np.where(index < stop, index, start)  # pad with a real failure, dropped below
-            chunk_cases, chunk_worlds = _take((cases, worlds), jnp.asarray(index, jnp.int32))
+            chunk_cases, chunk_worlds = take_rows((cases, worlds), jnp.asarray(index, jnp.int32))
         if sharding is not None:
             chunk_cases, chunk_worlds = jax.device_put((chunk_cases, chunk_worlds), sharding)
         attribution, last, chunk_stats, resolve = function(chunk_cases, chunk_worlds, threshold)
@@ -317,18 +323,13 @@ def _exact_run(
     stats = np.asarray(stats[0])[None] if len(stats) == 1 else np.stack([np.asarray(x) for x in stats])
     if stats[:, 2].any():
         check_finite_logits(cases)  # raises, naming the leaf and the index
-    low, high = float(stats[:, 0].min()), float(stats[:, 1].max())
-    if low < lo_decl or high > hi_decl:
-        raise ValueError(
-            f"the pipeline returned scores in [{low}, {high}], outside the declared "
-            f"`score_range` {score_range}; declare the true range (the confidence bounds use it)"
-        )
+    check_scores_in_range(stats[:, 0].min(), stats[:, 1].max(), game.score_range)
     if len(pieces) == 1 and pieces[0][1].shape[0] == num_failures:
         attribution, last, resolve, _ = pieces[0]
     else:
         attribution, last, resolve = _join(tuple(p[:3] for p in pieces), tuple(p[3] for p in pieces))
     result = ExactResult(
-        steps=tuple(structure.steps[p] for p in players),
+        steps=game.steps,
         shapley=attribution.shapley,
         banzhaf=attribution.banzhaf,
         fix_alone=attribution.fix_alone,
@@ -337,7 +338,7 @@ def _exact_run(
         empty=attribution.empty,
         full=attribution.full,
         last_step=last,
-        score_range=(lo_decl, hi_decl),
+        score_range=game.score_range,
     )
     return result, (None if threshold is None else resolve)
 

@@ -1,4 +1,4 @@
-"""Monte Carlo Shapley values for one failure: random orders of the steps, as pure functions.
+"""Monte Carlo Shapley values: random orders of the steps, for one failure and for many.
 
 One **sample** is one random order of the n steps (or, with `antithetic=True`, an order and
 its reverse, averaged: the pair is then the unit every bound counts). Fixing the steps one at
@@ -13,9 +13,23 @@ mean, as in `exact_blame`. So the estimates target exactly the values `exact_bla
 add up to its `v(all) - v(empty)`, and a marginal still lies in an interval of width
 `2 (s_max - s_min)`.
 
-The adaptive estimator over many failures (`mc_shapley`) is in `_mc_adaptive.py`, its compiled
-inner loop in `_mc_advance.py` and its result in `_mc_result.py`; the exact sampling variance
-of the estimator (`sampling_variance`) is at the end of this module.
+**Budget.** Counted in coalition evaluations (one pipeline run of one coalition in one
+world): `2 W` for the empty and full coalitions, then `W (n - 1)` per order (`2 W (n - 1)`
+per antithetic pair). `MCResult.evaluations` is exactly that count. (The compiled calls pad
+each order's prefixes with copies of the full coalition, which runs faster; that padding,
+like idle lanes, counts in `MCResult.evaluations_computed` only.)
+
+**The driver** (`mc_shapley`) is a host loop over checkpoints fixed in advance
+(`blamejax.stats.checkpoints`), written as `_mc_init` / `_mc_step` / `_mc_finish` over an
+`MCState`. At each checkpoint one compiled call per group of at most `chunk_size` failures
+(`_advance_function`) advances the still-active failures: wall time follows the work left,
+a failure that has stopped spends nothing more, and the same compiled function serves every
+checkpoint. A vmapped `while_loop` would instead run every failure until the slowest had
+converged.
+
+The module reads top to bottom: the estimator for one failure (pure functions), the
+compiled inner loop, the driver, the result types, and the exact sampling variance of the
+estimator (`sampling_variance`).
 """
 
 from __future__ import annotations
@@ -23,15 +37,30 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
+import equinox as eqx
 import jax
 import jax.extend.random as jax_random_ext
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
-from jaxtyping import Array, Float, Int, PRNGKeyArray, UInt32
+from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, UInt32
 
+from .._checks import as_key, check_scores_in_range, check_worlds, leading_size
+from .._compile import compiled, note_trace
+from .._game import Game, make_game
 from ..coalitions import mask_plan
-from ..pipeline import Hard, Structure, World, run_score, world_noise
+from ..pipeline import Hard, Structure, World, check_finite_logits, run_score, world_noise
+from ..report import number, step_rows
+from ..stats import (
+    RULES,
+    checkpoint_delta,
+    checkpoints,
+    confidence_radius,
+    ranking_separated,
+    top1_separated,
+    widths_below,
+)
+from ._exact import take_rows
 
 _PERM_TAG = 0x5045524D  # "PERM": keeps the order stream apart from the noise streams
 
@@ -218,6 +247,637 @@ def mc_shapley_fixed(
 
     _, xs = jax.lax.scan(body, None, jnp.arange(int(num_samples), dtype=jnp.int32))
     return MCEstimate(values=xs.mean(axis=0), variance=xs.var(axis=0, ddof=1))
+
+
+# --------------------------------------------------------------------------------------
+# The compiled inner loop: advance a group of failures by some samples.
+#
+# S failure *slots* (a power of two, static for a whole run) hold the still-active failures,
+# packed into the first slots; a `lax.fori_loop` runs a fixed number of sample lanes per
+# iteration, shared out among the active failures. When some stop, the others get more lanes
+# each and the loop needs fewer iterations; the same compiled function serves every checkpoint.
+# --------------------------------------------------------------------------------------
+
+_TARGET_LANES = 16384  # coalition evaluations per loop iteration (all lanes together)
+_MIN_SLOTS = 32  # failure slots of the smallest compiled call
+
+
+
+def _kahan(total, compensation, x):
+    """Compensated summation, so that long float32 sums keep their precision."""
+    y = x - compensation
+    new = total + y
+    return new, (new - total) - y
+
+
+@compiled("mc.advance")
+def _advance_function(game: Game, antithetic: bool, lanes: int):
+    """The compiled function that advances a group of failures by some samples (cached per
+    pipeline and settings; traced once per number of failure slots).
+
+    It takes S failure *slots* (a static size, the same for a whole run) and runs `lanes`
+    samples per loop iteration, spread over the first `num_active` slots: slot
+    `l % num_active` gets lane l, so each active failure gets `lanes // num_active` samples
+    per iteration. As failures stop, the survivors get more lanes each and the loop needs
+    fewer iterations: one compiled function serves every number of active failures, and the
+    loop runs as long as the samples need, not longer. On the first call (`t_start == 0`)
+    it also scores the empty and the full coalition of every slot.
+    """
+    pipeline, structure, players, fixes, mode, _ = game
+    n = len(players)
+
+    def advance(cases, worlds, ids, key, empty, full, shift, num_active, t_start, t_end):
+        note_trace("mc.advance")
+        num_slots = empty.shape[0]
+        # Every world's addressed noise, and the order seeds of failures `ids`: computed in
+        # each call (a few hashes per slot), so nothing but the sums goes back and forth.
+        noises = jax.vmap(jax.vmap(lambda w: world_noise(structure, w)))(worlds)
+        seeds = jax.vmap(lambda f: order_seed(jr.fold_in(key, f)))(ids)
+
+        def score_ends(_):
+            def one(case, world, noise):
+                return _ends(
+                    _scorer(pipeline, structure, case, world, noise, players, fixes, mode), n
+                )
+
+            return jax.vmap(one)(cases, worlds, noises)
+
+        def given_ends(_):
+            inf = jnp.full((num_slots,), jnp.inf, empty.dtype)
+            return empty, full, inf, -inf
+
+        empty, full, end_low, end_high = jax.lax.cond(t_start == 0, score_ends, given_ends, None)
+        lane = jnp.arange(lanes, dtype=jnp.int32)
+        slot = lane % num_active
+        per_slot = lanes // num_active
+        offset = lane // num_active  # the lane's sample within its slot's share
+        used = offset < per_slot
+        num_iterations = (t_end - t_start + per_slot - 1) // per_slot
+        take = lambda x: x[slot]  # noqa: E731
+        lane_cases = jax.tree_util.tree_map(take, cases)
+        lane_worlds = jax.tree_util.tree_map(take, worlds)
+        lane_args = (lane_cases, lane_worlds, noises[slot], seeds[slot], empty[slot], full[slot])
+
+        def per_lane(case, world, noise, seed, empty_f, full_f, unit):
+            score = _scorer(pipeline, structure, case, world, noise, players, fixes, mode)
+            x, low, high = _samples(score, _ranks(seed, unit[None], n), empty_f, full_f, antithetic)
+            return x[0], low, high
+
+        def body(i, carry):
+            s1, c1, s2, c2, low, high = carry
+            unit = t_start + i * per_slot + offset
+            valid = (used & (unit < t_end))[:, None]
+            x, lo, hi = jax.vmap(per_lane)(*lane_args, unit)  # [lanes, n]
+            zero = jnp.zeros((), x.dtype)
+            sums = jax.ops.segment_sum(jnp.where(valid, x, zero), slot, num_segments=num_slots)
+            centred = x - shift[slot].astype(x.dtype)
+            squares = jnp.where(valid, centred * centred, zero)
+            squares = jax.ops.segment_sum(squares, slot, num_segments=num_slots)
+            s1, c1 = _kahan(s1, c1, sums)
+            s2, c2 = _kahan(s2, c2, squares)
+            return s1, c1, s2, c2, jnp.minimum(low, lo.min()), jnp.maximum(high, hi.max())
+
+        zeros = jnp.zeros((num_slots, n), empty.dtype)
+        init = (zeros, zeros, zeros, zeros, end_low.min(), end_high.max())
+        s1, _, s2, _, low, high = jax.lax.fori_loop(0, num_iterations, body, init)
+        return s1, s2, low, high, num_iterations, empty, full
+
+    return jax.jit(advance)
+
+
+def _num_slots(num_failures: int, chunk_size: int) -> int:
+    """Failure slots per compiled call: the smallest power of two >= F and >= `_MIN_SLOTS`,
+    capped at the chunk size. Fixed for a whole run, so the run compiles once; and batches of
+    up to `_MIN_SLOTS` failures share one compiled function. Unused slots cost almost
+    nothing: lanes go to active failures only."""
+    return min(chunk_size, max(_MIN_SLOTS, 1 << max(0, (num_failures - 1).bit_length())))
+
+
+def _num_lanes(num_slots: int, unit_cost: int, lanes: int | None) -> int:
+    """Samples per loop iteration: about `_TARGET_LANES` evaluations per iteration (so a
+    few failures are not dominated by loop overhead), a power of two, at least the slots."""
+    if lanes is None:
+        lanes = max(1, _TARGET_LANES // unit_cost)
+        lanes = 1 << (lanes.bit_length() - 1)
+    return max(lanes, num_slots)
+
+
+# --------------------------------------------------------------------------------------
+# The driver: init / step (one checkpoint) / finish over a state of host arrays.
+# --------------------------------------------------------------------------------------
+
+
+class MCSettings(NamedTuple):
+    """What an `mc_shapley` run was asked for, checked once (static for the whole run)."""
+
+    game: Game
+    key: PRNGKeyArray
+    num_failures: int
+    stop: tuple[str, ...]  # the requested stopping rules (the budget is always active)
+    epsilon: float
+    delta: float
+    radius: str
+    antithetic: bool
+    schedule: tuple[int, ...]  # the checkpoints, in samples
+    value_range: float  # the width of the interval a marginal lies in
+    unit_cost: int  # evaluations charged per sample
+    unit_computed: int  # evaluations computed per sample (prefix padding included)
+    fixed_cost: int  # evaluations of the empty and the full coalition
+    num_slots: int  # failure slots per compiled call
+    num_lanes: int  # samples per loop iteration
+    history: bool
+
+
+class MCState(NamedTuple):
+    """Where every failure's estimate stands: host arrays, one row per failure (float64
+    statistics). `_mc_step` returns a new state; it never changes the one it is given."""
+
+    empty: np.ndarray  # shape=(F,), v(empty) (mean over worlds)
+    full: np.ndarray  # shape=(F,), v(all)
+    count: np.ndarray  # shape=(F,), dtype=int64, samples taken
+    mean: np.ndarray  # shape=(F, n), running mean of the marginals
+    m2: np.ndarray  # shape=(F, n), running sum of squared deviations
+    lower: np.ndarray  # shape=(F, n), the interval at the last checkpoint reached
+    upper: np.ndarray  # shape=(F, n)
+    evaluations: np.ndarray  # shape=(F,), dtype=int64, evaluations charged
+    converged: np.ndarray  # shape=(F,), dtype=bool, a requested rule held
+    rule: np.ndarray  # shape=(F,), dtype=int32, index into RULE_NAMES of the rule that stopped it
+    checkpoint: np.ndarray  # shape=(F,), dtype=int32, 1-based checkpoint at which it stopped
+    active: np.ndarray  # shape=(A,), the failures still sampling
+    t_prev: int  # samples every active failure has taken
+    computed: int  # evaluations the compiled calls ran, padding and idle lanes included
+    history: dict | None  # name -> shape=(F, K, n), or None unless requested
+
+
+def _check_stop(stop, epsilon) -> tuple[str, ...]:
+    if isinstance(stop, str):
+        stop = (stop,)
+    try:
+        names = tuple(stop)
+    except TypeError:
+        raise TypeError(f"`stop` must be a rule name or a sequence of them, got {stop!r}") from None
+    for name in names:
+        if name not in RULES + ("budget",):
+            raise ValueError(
+                f"`stop` names an unknown rule {name!r}; the rules are "
+                f"{list(RULES)} (and 'budget', always active)"
+            )
+    names = tuple(dict.fromkeys(s for s in names if s != "budget"))
+    if (
+        not isinstance(epsilon, (int, float, np.floating, np.integer))
+        or not np.isfinite(epsilon)
+        or epsilon < 0
+    ):
+        raise ValueError(f"`epsilon` must be a finite number >= 0, got {epsilon!r}")
+    if "width" in names and epsilon <= 0:
+        raise ValueError("the 'width' rule needs `epsilon` > 0 (the widest interval allowed)")
+    return names
+
+
+def _rules_hold(names, values, lower, upper, epsilon) -> np.ndarray:
+    """`[F, len(names)]` booleans: which requested rules hold for each failure."""
+    out = np.zeros((values.shape[0], len(names)), bool)
+    for j, name in enumerate(names):
+        if name == "top1":
+            out[:, j] = top1_separated(values, lower, upper, epsilon)
+        elif name == "ranking":
+            out[:, j] = ranking_separated(values, lower, upper, epsilon)
+        else:
+            out[:, j] = widths_below(lower, upper, epsilon)
+    return out
+
+
+def mc_shapley(
+    pipeline: Callable,
+    cases,
+    worlds: World,
+    key,
+    *,
+    max_evaluations: int,
+    steps: Sequence[str] | None = None,
+    fixes: dict | None = None,
+    score_range: tuple[float, float] = (0.0, 1.0),
+    delta: float = 0.1,
+    radius: str = "bernstein",
+    stop: str | Sequence[str] = ("top1",),
+    epsilon: float = 0.0,
+    t1: int = 16,
+    gamma: float = 1.25,
+    antithetic: bool = False,
+    mode=Hard(),
+    chunk_size: int = 1024,
+    lanes: int | None = None,
+    history: bool = False,
+) -> MCResult:
+    """Monte Carlo Shapley values of every failure, with confidence intervals valid at every
+    checkpoint and adaptive stopping; failures are processed together and each stops on its
+    own.
+
+    Intervals are formed, and stopping decided, only at the checkpoints
+    `blamejax.stats.checkpoints(t1, gamma, T)` (T the largest sample count `max_evaluations`
+    allows; with no stopping rule, T is the only checkpoint), the one of step i at
+    checkpoint k at level `blamejax.stats.checkpoint_delta(delta, n, k)`. With the `"bernstein"`
+    (default) or `"hoeffding"` radius, for each failure, with probability at least
+    1 - delta every interval at every checkpoint contains the exact Shapley value (the one
+    `exact_blame` computes), so a decision read off them when stopping is valid. The
+    guarantee is per failure: among F failures, about delta * F will have a miss somewhere.
+    The range of a marginal, `2 (s_max - s_min)`, comes from `score_range`.
+
+    Stopping rules (`stop`, any that holds stops the failure):
+    - `"top1"`: the step with the largest estimate is separated from every other step;
+    - `"ranking"`: every pair of steps is separated in the order of their estimates;
+    - `"width"`: every interval is at most `epsilon` wide;
+    - the budget: always active; a failure also stops at the last checkpoint.
+    Steps i above j count as separated when `lower_i > upper_j - epsilon`: if the intervals
+    hold, step i is better, or worse by less than epsilon. With `epsilon = 0` (the default)
+    tied steps (such as the refund demo's two 5/12 steps) are never separated and run to
+    `max_evaluations`; a positive epsilon lets them stop once their intervals are about
+    epsilon/2 wide. When several rules hold at once, `MCResult.rule` names the first in
+    `stop`. Adaptively stopped estimates are slightly biased (the decision to stop depends
+    on them); use a fixed budget (`stop=()`) to average estimates across failures.
+
+    Cost, in coalition evaluations per failure (what `max_evaluations` bounds and
+    `MCResult.evaluations` reports): `2 W` for the empty and full coalitions, then
+    `W (n - 1)` per order, `2 W (n - 1)` per antithetic pair (W worlds, n steps). The
+    work actually run, padding included, is `MCResult.evaluations_computed`.
+
+    **Arguments:**
+    - `pipeline`: `pipeline(ctx, case) -> score`, written for one failure, world and plan.
+    - `cases`: a pytree of arrays with a leading failure axis F.
+    - `worlds`: a `World` with keys `[F, W]`; every sample is scored in all W worlds.
+    - `key`: an int seed or a typed key; failure f's orders come from `fold_in(key, f)`.
+    - `max_evaluations`: the most coalition evaluations per failure (required).
+    - `steps`, `fixes`: the steps to blame and their fixes, as in `exact_blame`.
+    - `score_range`: the declared range of the score; a score outside it is an error.
+    - `delta`: the error probability per failure, in (0, 1).
+    - `radius`: `"bernstein"` (empirical Bernstein, the default), `"hoeffding"` (range
+      only) or `"normal"` (asymptotic, no finite-sample guarantee).
+    - `stop`: a rule name or a tuple of them (see above); `()` for a fixed budget.
+    - `epsilon`: the indifference margin of the rules (and the width of `"width"`).
+    - `t1`, `gamma`: the checkpoint schedule (`t1 >= 2`, `gamma > 1`).
+    - `antithetic`: sample each order with its reverse; the pair mean is one sample. It
+      helps when an order's and its reverse's marginals are negatively correlated and can
+      double the variance per evaluation otherwise (see `sampling_variance`).
+    - `mode`: `Hard()` or `Relaxed(tau)`.
+    - `chunk_size`: the most failures per compiled call (a power of two); more failures
+      are processed in several calls of the same compiled function.
+    - `lanes`: samples per loop iteration, shared by the active failures (at least the
+      number of failure slots); by default about 16384 evaluations' worth.
+    - `history`: also return the estimates and intervals at every checkpoint.
+
+    **Returns:** an `MCResult`.
+
+    **Raises:** `ValueError`/`TypeError` that names the argument for malformed inputs, a
+    budget too small for the first checkpoint, and scores outside `score_range`.
+
+    ```python
+    import blamejax as bj
+    cases = bj.demos.refund_cases(num_cases=2)
+    worlds = bj.recorded_worlds(0, 2)
+    result = bj.mc_shapley(bj.demos.refund_pipeline, cases, worlds, key=1,
+                           max_evaluations=100_000, stop="top1", epsilon=0.05)
+    print(result.table(0))
+    ```
+    """
+    game = make_game(pipeline, cases, steps=steps, fixes=fixes, mode=mode, score_range=score_range)
+    check_finite_logits(cases)
+    settings = _mc_settings(
+        game, cases, worlds, key, max_evaluations, delta, radius, stop, epsilon, t1, gamma,
+        antithetic, chunk_size, lanes, history,
+    )
+    cases = jax.tree_util.tree_map(jnp.asarray, cases)  # on the device once, sliced there
+    advance = _advance_function(game, settings.antithetic, settings.num_lanes)
+    state = _mc_init(settings)
+    for k, t_k in enumerate(settings.schedule, start=1):
+        state = _mc_step(settings, advance, state, cases, worlds, k, t_k)
+        if len(state.active) == 0:
+            break
+    return _mc_finish(settings, state)
+
+
+def _mc_settings(
+    game, cases, worlds, key, max_evaluations, delta, radius, stop, epsilon, t1, gamma,
+    antithetic, chunk_size, lanes, history,
+) -> MCSettings:
+    """Check `mc_shapley`'s own arguments and fix the schedule and the compiled shapes."""
+    num_failures = leading_size(cases)
+    n = game.num_players
+    if n < 2:
+        raise ValueError(
+            f"Monte Carlo Shapley needs at least 2 steps, got {n}; with one step its "
+            "Shapley value is v(all) - v(empty): use exact_blame"
+        )
+    num_worlds = check_worlds(worlds, num_failures, game.structure)
+    key = as_key(key)
+    if not isinstance(delta, (float, int)) or not 0 < delta < 1:
+        raise ValueError(f"`delta` must be in (0, 1), got {delta!r}")
+    if radius not in RADII:
+        raise ValueError(f"`radius` must be one of {list(RADII)}, got {radius!r}")
+    names = _check_stop(stop, epsilon)
+    epsilon = float(epsilon)
+    if not isinstance(antithetic, bool):
+        raise TypeError(f"`antithetic` must be a bool, got {antithetic!r}")
+    if not isinstance(chunk_size, int) or chunk_size < 1 or chunk_size & (chunk_size - 1):
+        raise ValueError(f"`chunk_size` must be a positive power of two, got {chunk_size!r}")
+    if lanes is not None and (not isinstance(lanes, int) or isinstance(lanes, bool) or lanes < 1):
+        raise ValueError(f"`lanes` must be None or a positive int, got {lanes!r}")
+    orders_per_sample = 2 if antithetic else 1
+    unit_cost = num_worlds * (n - 1) * orders_per_sample
+    unit_computed = num_worlds * scored_prefixes(n) * orders_per_sample
+    fixed_cost = 2 * num_worlds
+    if not isinstance(max_evaluations, (int, np.integer)) or isinstance(max_evaluations, bool):
+        raise TypeError(f"`max_evaluations` must be an int, got {max_evaluations!r}")
+    if not isinstance(t1, (int, np.integer)) or isinstance(t1, bool) or t1 < 2:
+        raise ValueError(f"`t1` must be an int >= 2 (the first checkpoint), got {t1!r}")
+    budget = (int(max_evaluations) - fixed_cost) // unit_cost
+    # With a fixed budget (`stop=()`) the only checkpoint is the budget: 2 samples (for a
+    # sample variance) are enough.
+    first = t1 if names else 2
+    if budget < first:
+        label = f"t1 = {t1}" if names else "2 (a fixed budget needs a sample variance)"
+        raise ValueError(
+            f"`max_evaluations` = {max_evaluations} does not reach the first checkpoint: "
+            f"{label} samples cost {fixed_cost + first * unit_cost} evaluations here (2 W + t W (n - 1)"
+            f"{' x 2' if antithetic else ''}, n = {n}, W = {num_worlds})"
+        )
+    schedule = checkpoints(t1, gamma, budget) if names else (budget,)
+    low, high = game.score_range
+    num_slots = _num_slots(num_failures, chunk_size)
+    return MCSettings(
+        game=game,
+        key=key,
+        num_failures=num_failures,
+        stop=names,
+        epsilon=epsilon,
+        delta=float(delta),
+        radius=radius,
+        antithetic=antithetic,
+        schedule=tuple(schedule),
+        value_range=2.0 * (high - low),
+        unit_cost=unit_cost,
+        unit_computed=unit_computed,
+        fixed_cost=fixed_cost,
+        num_slots=num_slots,
+        num_lanes=_num_lanes(num_slots, unit_computed, lanes),
+        history=bool(history),
+    )
+
+
+def _mc_init(settings: MCSettings) -> MCState:
+    """Every failure before its first sample: active, nothing estimated."""
+    num_failures, n = settings.num_failures, settings.game.num_players
+    history = None
+    if settings.history:
+        shape = (num_failures, len(settings.schedule), n)
+        history = {name: np.full(shape, np.nan) for name in ("values", "variance", "lower", "upper")}
+    return MCState(
+        empty=np.zeros(num_failures),
+        full=np.zeros(num_failures),
+        count=np.zeros(num_failures, np.int64),
+        mean=np.zeros((num_failures, n)),
+        m2=np.zeros((num_failures, n)),
+        lower=np.full((num_failures, n), -np.inf),
+        upper=np.full((num_failures, n), np.inf),
+        evaluations=np.full(num_failures, settings.fixed_cost, np.int64),
+        converged=np.zeros(num_failures, bool),
+        rule=np.zeros(num_failures, np.int32),
+        checkpoint=np.zeros(num_failures, np.int32),
+        active=np.arange(num_failures),
+        t_prev=0,
+        computed=0,
+        history=history,
+    )
+
+
+def _mc_step(settings: MCSettings, advance, state: MCState, cases, worlds, k: int, t_k: int) -> MCState:
+    """Advance every active failure to `t_k` samples (checkpoint k), form its intervals and
+    apply the stopping rules; the failures that stop leave `active`."""
+    n = settings.game.num_players
+    state = state._replace(  # copies: the state given is left as it was
+        **{
+            name: getattr(state, name).copy()
+            for name in ("empty", "full", "count", "mean", "m2", "lower", "upper", "evaluations", "converged", "rule", "checkpoint")
+        },
+        history=None if state.history is None else {name: x.copy() for name, x in state.history.items()},
+    )
+    empty, full, count, mean, m2 = state.empty, state.full, state.count, state.mean, state.m2
+    active, t_prev, computed = state.active, state.t_prev, state.computed
+    steps_now = t_k - t_prev
+    lows, highs = [], []
+    for part, index, rows in _packed(active, settings.num_slots):
+        cases_s, worlds_s = take_rows((cases, worlds), rows)
+        shift = mean[index].astype(np.float32)
+        s1, s2, lo, hi, iterations, ends_empty, ends_full = advance(
+            cases_s,
+            worlds_s,
+            rows,
+            settings.key,
+            empty[index].astype(np.float32),
+            full[index].astype(np.float32),
+            shift,
+            np.int32(len(part)),
+            np.int32(t_prev),
+            np.int32(t_k),
+        )
+        size = len(part)
+        if t_prev == 0:  # the first call also scored the empty and full coalitions
+            empty[part] = np.asarray(ends_empty)[:size]
+            full[part] = np.asarray(ends_full)[:size]
+            computed += settings.num_slots * settings.fixed_cost
+        s1 = np.asarray(s1, np.float64)[:size]
+        s2 = np.asarray(s2, np.float64)[:size]
+        lows.append(float(lo))
+        highs.append(float(hi))
+        computed += int(iterations) * settings.num_lanes * settings.unit_computed
+        # Merge this call's sums into the running mean and sum of squared deviations
+        # (Chan et al.'s parallel update, in float64 on the host).
+        chunk_mean = s1 / steps_now
+        chunk_m2 = np.maximum(s2 - steps_now * (chunk_mean - shift[:size]) ** 2, 0.0)
+        t_old = count[part][:, None].astype(np.float64)
+        diff = chunk_mean - mean[part]
+        mean[part] += diff * steps_now / (t_old + steps_now)
+        m2[part] += chunk_m2 + diff**2 * t_old * steps_now / (t_old + steps_now)
+    check_scores_in_range(min(lows), max(highs), settings.game.score_range)
+    count[active] = t_k
+    state.evaluations[active] += steps_now * settings.unit_cost
+    variance = m2[active] / (t_k - 1)
+    delta_k = checkpoint_delta(settings.delta, n, k)
+    half = confidence_radius(settings.radius, t_k, variance, settings.value_range, delta_k)
+    state.lower[active] = mean[active] - half
+    state.upper[active] = mean[active] + half
+    if state.history is not None:
+        now = dict(
+            values=mean[active], variance=variance, lower=state.lower[active], upper=state.upper[active]
+        )
+        for name, value in now.items():
+            state.history[name][active, k - 1] = value
+    holds = _rules_hold(settings.stop, mean[active], state.lower[active], state.upper[active], settings.epsilon)
+    fired = holds.any(axis=1)
+    if settings.stop:
+        rule_ids = np.asarray([1 + RULES.index(s) for s in settings.stop])
+        state.rule[active] = np.where(fired, rule_ids[np.argmax(holds, axis=1)], 0)
+    state.converged[active] = fired
+    state.checkpoint[active] = k
+    active = active[~(fired | (k == len(settings.schedule)))]
+    return state._replace(active=active, t_prev=t_k, computed=computed)
+
+
+def _packed(active, num_slots: int):
+    """The active failures in groups of at most S, each padded to S slots with copies of
+    its first failure: `(failures, padded index, padded rows on the device)`."""
+    for start in range(0, len(active), num_slots):
+        part = active[start : start + num_slots]
+        index = np.concatenate([part, np.full(num_slots - len(part), part[0])])
+        yield part, index, jnp.asarray(index, jnp.int32)
+
+
+def _mc_finish(settings: MCSettings, state: MCState) -> MCResult:
+    """The result: host NumPy arrays, as computed (float64; nothing rounded, and no transfer
+    back to the device, which cost small runs a noticeable share of their time)."""
+    variance = state.m2 / np.maximum(state.count - 1, 1)[:, None]
+    history = None
+    if state.history is not None:
+        history = MCHistory(t=np.asarray(settings.schedule, np.int32), **state.history)
+    return MCResult(
+        steps=settings.game.steps,
+        values=state.mean,
+        lower=state.lower,
+        upper=state.upper,
+        variance=variance,
+        empty=state.empty,
+        full=state.full,
+        num_samples=state.count.astype(np.int32),
+        evaluations=state.evaluations.astype(np.int32),
+        converged=state.converged,
+        rule=state.rule,
+        checkpoint=state.checkpoint,
+        history=history,
+        antithetic=settings.antithetic,
+        radius=settings.radius,
+        delta=settings.delta,
+        epsilon=settings.epsilon,
+        stop=settings.stop,
+        score_range=settings.game.score_range,
+        evaluations_computed=int(state.computed),
+    )
+
+
+# --------------------------------------------------------------------------------------
+# The result.
+# --------------------------------------------------------------------------------------
+
+RADII = ("bernstein", "hoeffding", "normal")
+RULE_NAMES = ("budget",) + RULES
+
+
+class MCHistory(eqx.Module):
+    """What each failure's estimate and intervals were at every checkpoint (NaN once the
+    failure had stopped).
+
+    - `t`: `Int[Array, "K"]`, the sample count of each checkpoint.
+    - `values`, `variance`, `lower`, `upper`: `Float[Array, "F K n"]`.
+    """
+
+    t: Int[Array, " K"]
+    values: Float[Array, "F K n"]
+    variance: Float[Array, "F K n"]
+    lower: Float[Array, "F K n"]
+    upper: Float[Array, "F K n"]
+
+
+class MCResult(eqx.Module):
+    """Monte Carlo Shapley values of F failures over the n steps in `steps`. Its arrays
+    are host NumPy arrays (the statistics in float64).
+
+    - `steps`: the step names (static), the order of every `n` axis.
+    - `values`: `Float[Array, "F n"]`, the estimates (they add up to `full - empty`).
+    - `lower`, `upper`: `Float[Array, "F n"]`, the intervals at the checkpoint where the
+      failure stopped. With `radius="bernstein"` or `"hoeffding"`, with probability at least
+      1 - delta *per failure*, every interval of that failure at every checkpoint contains
+      the exact value; `"normal"` intervals have no such guarantee (asymptotic only).
+    - `variance`: `Float[Array, "F n"]`, the sample variance of one sample.
+    - `empty`, `full`: `Float[Array, "F"]`, v(empty) and v(all) (mean over worlds).
+    - `num_samples`: `Int[Array, "F"]`, the samples t used (orders, or antithetic pairs).
+    - `evaluations`: `Int[Array, "F"]`, the coalition evaluations spent on the failure.
+    - `converged`: `Bool[Array, "F"]`, a requested stopping rule held (not just the budget).
+    - `rule`: `Int[Array, "F"]`, which rule stopped the failure, an index into `rule_names`.
+    - `checkpoint`: `Int[Array, "F"]`, the 1-based checkpoint at which it stopped.
+    - `history`: an `MCHistory`, or `None` unless requested.
+    - static settings: `antithetic`, `radius`, `delta`, `epsilon`, `stop`, `score_range`,
+      `rule_names`, `evaluations_computed` (every evaluation the compiled calls ran,
+      including idle lanes, padding slots and the padding of each order's prefixes
+      (`blamejax.scored_prefixes`), which no failure is charged for).
+    """
+
+    steps: tuple[str, ...] = eqx.field(static=True)
+    values: Float[Array, "F n"]
+    lower: Float[Array, "F n"]
+    upper: Float[Array, "F n"]
+    variance: Float[Array, "F n"]
+    empty: Float[Array, " F"]
+    full: Float[Array, " F"]
+    num_samples: Int[Array, " F"]
+    evaluations: Int[Array, " F"]
+    converged: Bool[Array, " F"]
+    rule: Int[Array, " F"]
+    checkpoint: Int[Array, " F"]
+    history: MCHistory | None
+    antithetic: bool = eqx.field(static=True)
+    radius: str = eqx.field(static=True)
+    delta: float = eqx.field(static=True)
+    epsilon: float = eqx.field(static=True)
+    stop: tuple[str, ...] = eqx.field(static=True)
+    score_range: tuple[float, float] = eqx.field(static=True)
+    evaluations_computed: int = eqx.field(static=True)
+    rule_names: tuple[str, ...] = eqx.field(static=True, default=RULE_NAMES)
+
+    @property
+    def num_failures(self) -> int:
+        return int(self.values.shape[0])
+
+    @property
+    def total(self) -> Float[Array, " F"]:
+        """The total repair `v(all) - v(empty)` per failure (the estimates sum to it)."""
+        return self.full - self.empty
+
+    @property
+    def num_permutations(self) -> Int[Array, " F"]:
+        """Orders evaluated per failure (twice `num_samples` when antithetic)."""
+        return self.num_samples * (2 if self.antithetic else 1)
+
+    @property
+    def rule_fired(self) -> list[str]:
+        """The name of the rule that stopped each failure."""
+        return [self.rule_names[int(r)] for r in np.asarray(self.rule)]
+
+    def table(self, failure: int = 0, digits: int = 4) -> str:
+        """A plain-text table of one failure's estimates and intervals."""
+        if not 0 <= failure < self.num_failures:
+            raise ValueError(f"`failure` must be in [0, {self.num_failures}), got {failure}")
+        lines = step_rows(
+            self.steps,
+            [
+                ("estimate", 9, number(self.values[failure], digits)),
+                ("lower", 9, number(self.lower[failure], digits)),
+                ("upper", 9, number(self.upper[failure], digits)),
+            ],
+        )
+        unit = "antithetic pairs" if self.antithetic else "orders"
+        level = (
+            "asymptotic, no finite-sample guarantee"
+            if self.radius == "normal"
+            else "valid at every checkpoint"
+        )
+        lines.append(
+            f"{int(self.num_samples[failure])} {unit}, {int(self.evaluations[failure])} evaluations; "
+            f"stopped by: {self.rule_fired[failure]}"
+            + ("" if bool(self.converged[failure]) else " (no requested rule held)")
+        )
+        lines.append(
+            f"{self.radius} intervals at 1 - delta = {1 - self.delta:g} per failure ({level}); "
+            f"v(empty) = {float(self.empty[failure]):.{digits}f}, v(all) = {float(self.full[failure]):.{digits}f}"
+        )
+        return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------------------

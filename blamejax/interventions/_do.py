@@ -72,7 +72,13 @@ def do_resample(
     negative stream, bad `downstream`).
 
     ```python
+    import jax
+    import blamejax as bj
+    case = jax.tree_util.tree_map(lambda x: x[0], bj.demos.refund_cases(1))
+    structure = bj.discover(bj.demos.refund_pipeline, case)
     plan = bj.interventions.do_resample(structure, "writer", stream=0, downstream="fresh")
+    world = bj.World(key=bj.noise.world_key(jax.random.key(0), 0, 0))  # case 0's recorded world
+    score = bj.pipeline.run_score(bj.demos.refund_pipeline, structure, case, world, plan)
     ```
     """
     plan = _start(structure, plan)
@@ -105,6 +111,10 @@ def do_action(
     **Raises:** `ValueError` for an option out of range, naming the step and its K.
 
     ```python
+    import jax
+    import blamejax as bj
+    case = jax.tree_util.tree_map(lambda x: x[0], bj.demos.refund_cases(1))
+    structure = bj.discover(bj.demos.refund_pipeline, case)
     plan = bj.interventions.do_action(structure, "planner", 0)   # the planner picks option 0
     ```
     """
@@ -144,7 +154,12 @@ def do_context(
     **Raises:** `ValueError` for a shift of the wrong shape, or holding NaN or `+inf`.
 
     ```python
-    plan = bj.interventions.do_context(structure, "writer", jnp.array([0.0, -jnp.inf, 0.0]))
+    import jax
+    import blamejax as bj
+    case = jax.tree_util.tree_map(lambda x: x[0], bj.demos.refund_cases(1))
+    structure = bj.discover(bj.demos.refund_pipeline, case)
+    import jax.numpy as jnp
+    plan = bj.interventions.do_context(structure, "writer", jnp.array([0.0, -jnp.inf, 0.0]))  # K = 3
     ```
     """
     plan = _start(structure, plan)
@@ -191,6 +206,10 @@ def do_policy(
     **Raises:** `ValueError` naming the first step from k on that lacks the variant.
 
     ```python
+    import jax
+    import blamejax as bj
+    case = jax.tree_util.tree_map(lambda x: x[0], bj.demos.refund_cases(1))
+    structure = bj.discover(bj.demos.refund_pipeline, case)
     plan = bj.interventions.do_policy(structure, "writer", 1)   # writer and reviewer run variant 1
     ```
     """
@@ -234,6 +253,17 @@ def do_observation(
     unknown, or `value` has the wrong shape.
 
     ```python
+    import jax.numpy as jnp
+    import blamejax as bj
+
+    def pipeline(ctx, case):
+        query = ctx.choose("query", case["query"])                         # logits [V=1, K=3]
+        results = ctx.deterministic("search_results", case["index"][query.index])  # a tool, [3]
+        answer = ctx.choose("answer", case["answer"] + results[None, :])   # [V=1, K=3]
+        return answer.take(jnp.array([1.0, 0.0, 0.0]))
+
+    case = dict(query=jnp.zeros((1, 3)), index=jnp.eye(3), answer=jnp.zeros((1, 3)))
+    structure = bj.discover(pipeline, case)
     plan = bj.interventions.do_observation(structure, "search_results", jnp.zeros(3))
     ```
     """

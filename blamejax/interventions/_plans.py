@@ -209,8 +209,14 @@ def stack_plans(structure: Structure, plans: Sequence[Plan]) -> Plan:
     **Returns:** a `Plan` whose every leaf has a leading axis of length `len(plans)`.
 
     ```python
+    import jax
+    import blamejax as bj
+    pipeline = bj.demos.refund_pipeline
+    case = jax.tree_util.tree_map(lambda x: x[0], bj.demos.refund_cases(1))
+    world = bj.World(key=bj.noise.world_key(jax.random.key(0), 0, 0))  # case 0's recorded world
+    s = bj.discover(pipeline, case)
     plans = bj.interventions.stack_plans(s, [bj.interventions.do_resample(s, k, 0) for k in range(s.num_steps)])
-    scores = bj.pipeline.plan_values(pipeline, s, case, world, plans)
+    scores = bj.pipeline.plan_values(pipeline, s, case, world, plans)  # [num_steps]
     ```
     """
     plans = list(plans)

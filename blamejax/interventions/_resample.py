@@ -127,8 +127,10 @@ def resample_shapley(
     **Returns:** a `ResampleShapley`.
 
     ```python
+    import blamejax as bj
     cases = bj.demos.interaction_cases(1)
-    game = bj.interventions.resample_shapley(bj.demos.interaction_pipeline, cases, worlds, num_rollouts=4000)
+    worlds = bj.recorded_worlds(0, 1)
+    game = bj.interventions.resample_shapley(bj.demos.interaction_pipeline, cases, worlds, num_rollouts=400)
     ```
     """
     structure, num_failures, num_worlds, players, num_rollouts = _rollout_inputs(

@@ -36,8 +36,8 @@ def stable_hash(name: str) -> int:
     **Returns:** a Python ``int`` in ``[0, 2**31)``.
 
     ```python
-    >>> stable_hash("planner") == stable_hash("planner")
-    True
+    import blamejax as bj
+    assert bj.noise.stable_hash("planner") == bj.noise.stable_hash("planner")  # in every process
     ```
     """
     if not isinstance(name, str):

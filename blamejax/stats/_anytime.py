@@ -63,9 +63,9 @@ def hoeffding_radius(t, value_range, delta):
     **Returns:** the radius (same shape as the broadcast arguments).
 
     ```python
-    >>> round(float(hoeffding_radius(100, 2.0, 0.1)), 6)  # 2 * sqrt(ln(20) / 200)
-    0.244775
-
+    import blamejax as bj
+    radius = bj.stats.hoeffding_radius(100, 2.0, 0.1)  # 2 * sqrt(ln(20) / 200)
+    assert round(float(radius), 6) == 0.244775
     ```
     """
     check_delta(delta)
@@ -94,10 +94,9 @@ def bernstein_radius(t, variance, value_range, delta):
     **Returns:** the radius.
 
     ```python
-    >>> r = bernstein_radius(101, 0.25, 2.0, 0.1)  # sqrt(0.5 ln 40 / 101) + 14 ln 40 / 300
-    >>> round(float(r), 6)
-    0.307284
-
+    import blamejax as bj
+    radius = bj.stats.bernstein_radius(101, 0.25, 2.0, 0.1)  # sqrt(0.5 ln 40 / 101) + 14 ln 40 / 300
+    assert round(float(radius), 6) == 0.307284
     ```
     """
     check_delta(delta)
@@ -129,9 +128,9 @@ def normal_radius(t, variance, delta):
     **Returns:** the radius.
 
     ```python
-    >>> round(float(normal_radius(100, 0.25, 0.05)), 6)  # 1.959964 * 0.05
-    0.097998
-
+    import blamejax as bj
+    radius = bj.stats.normal_radius(100, 0.25, 0.05)  # 1.959964 * 0.05
+    assert round(float(radius), 6) == 0.097998
     ```
     """
     check_delta(delta)
@@ -178,9 +177,8 @@ def checkpoints(t1: int, gamma: float, budget: int) -> tuple[int, ...]:
     **Returns:** a tuple of strictly increasing Python ints ending with `budget`.
 
     ```python
-    >>> checkpoints(2, 2.0, 20)
-    (2, 4, 8, 16, 20)
-
+    import blamejax as bj
+    assert bj.stats.checkpoints(2, 2.0, 20) == (2, 4, 8, 16, 20)
     ```
     """
     if not isinstance(t1, (int, np.integer)) or isinstance(t1, bool) or t1 < 2:
@@ -219,9 +217,8 @@ def checkpoint_delta(delta, n, k):
     **Returns:** the per-interval delta (a float, or an array like `k`).
 
     ```python
-    >>> checkpoint_delta(0.1, 4, 1)
-    0.0125
-
+    import blamejax as bj
+    assert bj.stats.checkpoint_delta(0.1, 4, 1) == 0.1 / (4 * 1 * 2)  # 0.0125
     ```
     """
     check_delta(delta)

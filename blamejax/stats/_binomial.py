@@ -32,7 +32,8 @@ def wilson_interval(successes, trials, delta: float = 0.05):
     x = 0 and `high` exactly 1 when x = n.
 
     ```python
-    >>> low, high = wilson_interval(81, 263)       # (0.2553, 0.3662)
+    import blamejax as bj
+    low, high = bj.stats.wilson_interval(81, 263)  # (0.2553, 0.3662)
     ```
     """
     check_delta(delta)
@@ -57,7 +58,8 @@ def newcombe_interval(successes1, trials1, successes2, trials2, delta: float = 0
     **Returns:** `(low, high)`, float64 numpy arrays in [-1, 1].
 
     ```python
-    >>> low, high = newcombe_interval(56, 70, 48, 80)   # (0.0524, 0.3339)
+    import blamejax as bj
+    low, high = bj.stats.newcombe_interval(56, 70, 48, 80)  # (0.0524, 0.3339)
     ```
     """
     l1, u1 = wilson_interval(successes1, trials1, delta)

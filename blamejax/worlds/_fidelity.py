@@ -54,8 +54,10 @@ def replay_fidelity(pipeline: Callable, cases, worlds, observed) -> ReplayFideli
     **Returns:** a `ReplayFidelity`.
 
     ```python
-    record = bj.replay(pipeline, cases, bj.recorded_worlds(0, F))["choice"][:, 0]
-    assert bj.worlds.replay_fidelity(pipeline, cases, bj.recorded_worlds(0, F), record).rate == 1.0
+    import blamejax as bj
+    pipeline, cases = bj.demos.refund_pipeline, bj.demos.refund_cases(4)
+    record = bj.replay(pipeline, cases, bj.recorded_worlds(0, 4))["choice"][:, 0]
+    assert bj.worlds.replay_fidelity(pipeline, cases, bj.recorded_worlds(0, 4), record).rate == 1.0
     ```
     """
     num_cases = leading_size(cases)
