@@ -7,27 +7,10 @@ They run eagerly, on the host, before anything is compiled.
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
-import jax.random as jr
 import numpy as np
-from jaxtyping import PRNGKeyArray
 
+from .noise import as_key as as_key  # checked where keys enter; defined with the noise
 from .pipeline import Hard, Relaxed, Structure, World
-
-
-def as_key(key) -> PRNGKeyArray:
-    """Accept an int seed or a typed key at the outermost API and return a typed key."""
-    if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
-        return jr.key(int(key))
-    if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
-        if key.shape != ():
-            raise ValueError(f"`key` must be a single key, got a key array of shape {key.shape}")
-        return key
-    if isinstance(key, jax.Array) and key.dtype == jnp.uint32 and key.shape == (2,):
-        return jr.wrap_key_data(key)
-    raise TypeError(
-        f"`key` must be an int seed or a `jax.random.key(...)`, got {type(key).__name__}"
-    )
 
 
 def leading_size(cases) -> int:

@@ -45,9 +45,9 @@ def _refund(args) -> int:
 
 
 def _car(args) -> int:
-    from .demos import run_demo
+    from .demos import run_car_demo
 
-    return run_demo(args)
+    return run_car_demo(args)
 
 
 def _agent8(args) -> int:

@@ -211,7 +211,7 @@ def _row(name, width, cells):
     return f"   {name:<{width}}" + "".join(f"  {c:>15}" for c in cells)
 
 
-def run_demo(args) -> int:
+def run_car_demo(args) -> int:
     """`python -m blamejax demo car`: the two SCMs, analysed as CAR would and as blamejax would."""
     import blamejax as bj
 

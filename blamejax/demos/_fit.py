@@ -39,11 +39,12 @@ import numpy as np
 import optax
 from jaxtyping import Array, Float, Int
 
+import blamejax as bj
+
 from .. import demos
-from .._checks import resolve_players
 from ..coalitions import mask_values
 from ..differentiable import fit_fixes, shapley_values
-from ..pipeline import Hard, Relaxed, discover_batch
+from ..pipeline import Hard, Relaxed
 from ..stats import wilson_interval
 from ..worlds import recorded_worlds, replay
 from ._rag import FIX_SHIFTS
@@ -197,8 +198,8 @@ def _discordant(first, second) -> tuple[int, int]:
 def _alone_values(cases, worlds, step, mode):
     """v({step}) per failure and world, `[F, W]`: the score when only `step` runs its fix."""
     pipeline = demos.rag_pipeline
-    structure = discover_batch(pipeline, cases)
-    players, variants = resolve_players(structure, None, None)
+    game = bj.Game.make(pipeline, cases)
+    structure, players, variants = game.structure, game.players, game.fixes
     mask = np.array([[structure.steps[p] == step for p in players]])
 
     def one(case, world):

@@ -18,10 +18,11 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Float
 
-from .._checks import as_key, leading_size, resolve_players
+import blamejax as bj
+
 from ..coalitions import mask_plan
-from ..noise import world_key
-from ..pipeline import Hard, World, discover_batch, run_score
+from ..noise import as_key, world_key
+from ..pipeline import Hard, World, run_score
 
 
 class NoiseSharingGain(eqx.Module):
@@ -68,10 +69,10 @@ def noise_sharing_gain(
     if not isinstance(num_permutations, (int, np.integer)) or num_permutations < 2:
         raise ValueError(f"`num_permutations` must be an int >= 2, got {num_permutations!r}")
     key = as_key(key)
-    num = leading_size(cases)
+    game = bj.Game.make(pipeline, cases, steps=steps, fixes=fixes)
+    num = jax.tree_util.tree_leaves(cases)[0].shape[0]
     ids = np.arange(num) if case_ids is None else np.asarray(case_ids)
-    structure = discover_batch(pipeline, cases)
-    players, variants = resolve_players(structure, steps, fixes)
+    structure, players, variants = game.structure, game.players, game.fixes
     n = len(players)
     prefix = np.tril(np.ones((n + 1, n), bool), k=-1)  # row j: the first j positions fixed
 

@@ -133,8 +133,9 @@ def rag_cases(num_cases: int = 200, seed: int = 0) -> dict:
     **Raises:** `ValueError` if `num_cases` is not a positive int or `seed` not an int.
 
     ```python
-    cases = rag_cases(200, seed=0)
-    cases["retrieve"].shape  # (200, 2, 3, 3)
+    import blamejax as bj
+    cases = bj.demos.rag_cases(20, seed=0)
+    assert cases["retrieve"].shape == (20, 2, 3, 3)  # [cases, variants, K_rewrite, K_retrieve]
     ```
     """
     if isinstance(num_cases, bool) or not isinstance(num_cases, (int, np.integer)) or num_cases < 1:

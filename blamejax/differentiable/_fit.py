@@ -62,7 +62,7 @@ def shapley_values(
     cases = bj.demos.refund_cases(1)
     case = jax.tree_util.tree_map(lambda x: x[0], cases)
     worlds = jax.tree_util.tree_map(lambda x: x[0], bj.fresh_worlds(0, 1, 4))
-    grad = jax.grad(lambda c: bj.shapley_values(bj.demos.refund_pipeline, c, worlds).shapley[0])(case)
+    grad = jax.jit(jax.grad(lambda c: bj.shapley_values(bj.demos.refund_pipeline, c, worlds).shapley[0]))(case)
     ```
     """
     structure, players, variants = _structure_and_players(pipeline, case, steps, fixes)

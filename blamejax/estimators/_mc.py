@@ -663,17 +663,18 @@ def _mc_step(settings: MCSettings, advance, state: MCState, cases, worlds, k: in
     empty, full, count, mean, m2 = state.empty, state.full, state.count, state.mean, state.m2
     active, t_prev, computed = state.active, state.t_prev, state.computed
     steps_now = t_k - t_prev
+    dtype = jnp.result_type(float)  # the scores' dtype: float32, or float64 under x64
     lows, highs = [], []
     for part, index, rows in _packed(active, settings.num_slots):
         cases_s, worlds_s = take_rows((cases, worlds), rows)
-        shift = mean[index].astype(np.float32)
+        shift = mean[index].astype(dtype)
         s1, s2, lo, hi, iterations, ends_empty, ends_full = advance(
             cases_s,
             worlds_s,
             rows,
             settings.key,
-            empty[index].astype(np.float32),
-            full[index].astype(np.float32),
+            empty[index].astype(dtype),
+            full[index].astype(dtype),
             shift,
             np.int32(len(part)),
             np.int32(t_prev),

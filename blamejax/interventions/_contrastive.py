@@ -20,9 +20,6 @@ add up to `1[factual bad] - P(bad | every step re-drawn)` (the marginal contribu
 re-drawing the steps in pipeline order, one ordering of a Shapley average).
 
 Every step and every rollout is one plan, and all of them run in one vmapped call.
-
-Neighbours: the intervals and `point_of_commitment` in `_intervals.py`, replay fidelity in
-`_fidelity.py`, CAR's re-draw game (which uses the argument checks here) in `_resample_shapley.py`.
 """
 
 from __future__ import annotations
@@ -287,7 +284,7 @@ def contrastive(
     print(result.table())
     ```
     """
-    structure, num_failures, num_worlds, players, num_rollouts = _rollout_inputs(
+    structure, num_failures, num_worlds, players, num_rollouts = rollout_inputs(
         pipeline, cases, worlds, steps, num_rollouts
     )
     if downstream not in DOWNSTREAM:
@@ -373,7 +370,7 @@ def contrastive(
     )
 
 
-def _rollout_inputs(pipeline, cases, worlds, steps, num_rollouts):
+def rollout_inputs(pipeline, cases, worlds, steps, num_rollouts):
     """The checks the rollout estimators share: `(structure, F, W, players, num_rollouts)`."""
     num_failures = leading_size(cases)
     structure = discover_batch(pipeline, cases)

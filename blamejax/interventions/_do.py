@@ -24,9 +24,6 @@ with `downstream`:
 
 "Later" means later in the pipeline's step order (`Structure.steps`, the order of first
 draw); for `do_observation`, the steps whose first draw comes after the deterministic site.
-
-The argument checks, the downstream rule and the batching of plans (`full_plan`,
-`stack_plans`) are in `_intervention_plans.py`.
 """
 
 from __future__ import annotations
@@ -37,11 +34,11 @@ import numpy as np
 
 from ..pipeline import Plan, Structure, ValuePlan
 from ._plans import (
-    _after_step,
-    _downstream,
-    _scalar_index,
-    _set_step,
-    _start,
+    after_step,
+    downstream_plan,
+    scalar_index,
+    set_step,
+    start_of,
     step_index,
 )
 
@@ -77,16 +74,14 @@ def do_resample(
     case = jax.tree_util.tree_map(lambda x: x[0], bj.demos.refund_cases(1))
     structure = bj.discover(bj.demos.refund_pipeline, case)
     plan = bj.interventions.do_resample(structure, "writer", stream=0, downstream="fresh")
-    world = bj.World(key=bj.noise.world_key(jax.random.key(0), 0, 0))  # case 0's recorded world
-    score = bj.pipeline.run_score(bj.demos.refund_pipeline, structure, case, world, plan)
     ```
     """
-    plan = _start(structure, plan)
+    plan = start_of(structure, plan)
     k = step_index(structure, step)
-    stream = _scalar_index(stream, None, "`stream`")
-    plan = _set_step(plan, k, noise=stream)
-    later_steps, later_sites = _after_step(structure, k)
-    return _downstream(
+    stream = scalar_index(stream, None, "`stream`")
+    plan = set_step(plan, k, noise=stream)
+    later_steps, later_sites = after_step(structure, k)
+    return downstream_plan(
         structure, plan, later_steps, later_sites, downstream, stream, factual, own_stream=True
     )
 
@@ -118,14 +113,14 @@ def do_action(
     plan = bj.interventions.do_action(structure, "planner", 0)   # the planner picks option 0
     ```
     """
-    plan = _start(structure, plan)
+    plan = start_of(structure, plan)
     k = step_index(structure, step)
-    option = _scalar_index(
+    option = scalar_index(
         option, structure.num_options[k], f"`option` of step {structure.steps[k]!r}"
     )
-    plan = _set_step(plan, k, forced=option)
-    later_steps, later_sites = _after_step(structure, k)
-    return _downstream(structure, plan, later_steps, later_sites, downstream, stream, factual)
+    plan = set_step(plan, k, forced=option)
+    later_steps, later_sites = after_step(structure, k)
+    return downstream_plan(structure, plan, later_steps, later_sites, downstream, stream, factual)
 
 
 def do_context(
@@ -162,7 +157,7 @@ def do_context(
     plan = bj.interventions.do_context(structure, "writer", jnp.array([0.0, -jnp.inf, 0.0]))  # K = 3
     ```
     """
-    plan = _start(structure, plan)
+    plan = start_of(structure, plan)
     k = step_index(structure, step)
     num_options = structure.num_options[k]
     shift = jnp.asarray(shift)
@@ -178,9 +173,9 @@ def do_context(
             raise ValueError(
                 f"`shift` of step {name!r} must be real or -inf (an impossible option), got {values}"
             )
-    plan = _set_step(plan, k, shift=shift)
-    later_steps, later_sites = _after_step(structure, k)
-    return _downstream(structure, plan, later_steps, later_sites, downstream, stream, factual)
+    plan = set_step(plan, k, shift=shift)
+    later_steps, later_sites = after_step(structure, k)
+    return downstream_plan(structure, plan, later_steps, later_sites, downstream, stream, factual)
 
 
 def do_policy(
@@ -213,9 +208,9 @@ def do_policy(
     plan = bj.interventions.do_policy(structure, "writer", 1)   # writer and reviewer run variant 1
     ```
     """
-    plan = _start(structure, plan)
+    plan = start_of(structure, plan)
     k = step_index(structure, step)
-    variant = _scalar_index(variant, None, "`variant`")
+    variant = scalar_index(variant, None, "`variant`")
     for j in range(k, structure.num_steps):
         count = structure.num_variants[j]
         if not isinstance(variant, jax.core.Tracer) and int(variant) >= count:
@@ -224,9 +219,9 @@ def do_policy(
                 f"has {count} variant(s) (0..{count - 1}); do_policy switches step "
                 f"{structure.steps[k]!r} and every later step, so each needs it"
             )
-        plan = _set_step(plan, j, variant=variant)
-    later_steps, later_sites = _after_step(structure, k)
-    return _downstream(structure, plan, later_steps, later_sites, downstream, stream, factual)
+        plan = set_step(plan, j, variant=variant)
+    later_steps, later_sites = after_step(structure, k)
+    return downstream_plan(structure, plan, later_steps, later_sites, downstream, stream, factual)
 
 
 def do_observation(
@@ -267,7 +262,7 @@ def do_observation(
     plan = bj.interventions.do_observation(structure, "search_results", jnp.zeros(3))
     ```
     """
-    plan = _start(structure, plan)
+    plan = start_of(structure, plan)
     names = [v.name for v in structure.values]
     if not isinstance(name, str):
         raise TypeError(f"`name` must be the name (str) of a deterministic site, got {name!r}")
@@ -304,4 +299,4 @@ def do_observation(
     for i, s in enumerate(structure.sites):
         first_site.setdefault(s.step, i)
     later_steps = [j for j, step in enumerate(structure.steps) if first_site[step] >= site.position]
-    return _downstream(structure, plan, later_steps, later_sites, downstream, stream, factual)
+    return downstream_plan(structure, plan, later_steps, later_sites, downstream, stream, factual)

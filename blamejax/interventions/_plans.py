@@ -1,8 +1,8 @@
 """The plan machinery under the do-operators: argument checks, the downstream rule, batches.
 
 Every do-operator (`do_resample`, `do_action`, `do_context`, `do_policy`,
-`do_observation`, in `_interventions.py`) starts from a plan (`_start`), edits one step's
-fields (`_set_step`) and then applies the downstream-noise rule (`_downstream`, one of
+`do_observation`) starts from a plan (`start_of`), edits one step's
+fields (`set_step`) and then applies the downstream-noise rule (`downstream_plan`, one of
 `DOWNSTREAM`) to the later steps; those shared pieces live here. So do `full_plan` and
 `stack_plans`: they give plans built by different interventions one pytree structure and
 stack them into one batch for `bj.pipeline.plan_values`.
@@ -54,7 +54,7 @@ def step_index(structure: Structure, step, argument: str = "step") -> int:
     return int(step)
 
 
-def _scalar_index(value, upper: int | None, label: str):
+def scalar_index(value, upper: int | None, label: str):
     """An int32 scalar in [0, upper) (no upper bound when `upper` is None). Concrete values
     are checked eagerly; traced values (inside `vmap`) only for shape and dtype. `label`
     names the argument in errors, e.g. "`option` of step 'writer'"."""
@@ -87,7 +87,7 @@ def _check_factual(structure: Structure, factual):
     return factual.astype(jnp.int32)
 
 
-def _start(structure: Structure, plan: Plan | None) -> Plan:
+def start_of(structure: Structure, plan: Plan | None) -> Plan:
     if plan is None:
         return factual_plan(structure)
     if not isinstance(plan, Plan):
@@ -100,13 +100,13 @@ def _start(structure: Structure, plan: Plan | None) -> Plan:
     return plan
 
 
-def _set_step(plan: Plan, index: int, **fields) -> Plan:
+def set_step(plan: Plan, index: int, **fields) -> Plan:
     steps = list(plan.steps)
     steps[index] = steps[index]._replace(**fields)
     return plan._replace(steps=tuple(steps))
 
 
-def _downstream(
+def downstream_plan(
     structure: Structure,
     plan: Plan,
     later_steps: Sequence[int],
@@ -129,9 +129,9 @@ def _downstream(
             raise ValueError(
                 "downstream='fresh' needs `stream`, the fresh noise stream of the later steps"
             )
-        stream = _scalar_index(stream, None, "`stream`")
+        stream = scalar_index(stream, None, "`stream`")
         for j in later_steps:
-            plan = _set_step(plan, j, noise=stream)
+            plan = set_step(plan, j, noise=stream)
     elif stream is not None and not own_stream:
         raise ValueError(
             f"`stream` is only used with downstream='fresh', got downstream={downstream!r}"
@@ -154,7 +154,7 @@ def _downstream(
     return plan
 
 
-def _after_step(structure: Structure, k: int):
+def after_step(structure: Structure, k: int):
     later_steps = range(k + 1, structure.num_steps)
     later_sites = [i for i, s in enumerate(structure.sites) if structure.step_index(s.step) > k]
     return later_steps, later_sites
@@ -165,7 +165,7 @@ def full_plan(structure: Structure, plan: Plan) -> Plan:
     """`plan` with every optional field filled in (zero shifts, inactive value overrides,
     no forced sites), so that plans built by different interventions share one pytree
     structure and can be stacked into a batch."""
-    plan = _start(structure, plan)
+    plan = start_of(structure, plan)
     dtype = jnp.result_type(float)
     steps = []
     for j, step_plan in enumerate(plan.steps):

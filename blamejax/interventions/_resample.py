@@ -1,9 +1,7 @@
 """CAR's re-draw game: Shapley values when a step's "fix" is a re-draw from its unchanged
 policy with fresh noise, every other step keeping the run's noise.
 
-blamejax's own game (`_exact.py`) fixes a step with its better variant under the same noise.
-Neighbours: the contrastive estimator (whose argument checks this module uses) is in
-`_contrastive.py`, replay fidelity in `_fidelity.py`.
+blamejax's own game (`exact_blame`) fixes a step with its better variant under the same noise.
 """
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ from .._compile import compiled
 from ..pipeline import Hard, Plan, StepPlan, plan_values
 from ..reduction import attribute
 from ..report import number, step_rows
-from ._contrastive import _rollout_inputs
+from ._contrastive import rollout_inputs
 
 
 class ResampleShapley(eqx.Module):
@@ -133,7 +131,7 @@ def resample_shapley(
     game = bj.interventions.resample_shapley(bj.demos.interaction_pipeline, cases, worlds, num_rollouts=400)
     ```
     """
-    structure, num_failures, num_worlds, players, num_rollouts = _rollout_inputs(
+    structure, num_failures, num_worlds, players, num_rollouts = rollout_inputs(
         pipeline, cases, worlds, steps, num_rollouts
     )
     max_steps = check_positive_int(max_steps, "max_steps")

@@ -3,9 +3,7 @@
 `mdp_pipeline` runs one episode (`MDPEpisode`: the model and one observed episode) as a
 chain of "policy" and "transition" draws; `mdp_policy_plan` switches its policy step to
 the evaluation policy; `abducted_transition_noise` gives the posterior Gumbels of the
-observed transitions; `_check_inputs` checks a model and a batch of observed episodes.
-The driver that runs counterfactual episodes from these, `counterfactual_rollouts`, and
-the method behind it are in `_counterfactual_mdp.py`.
+observed transitions; `check_episode_inputs` checks a model and a batch of observed episodes.
 """
 
 from __future__ import annotations
@@ -120,7 +118,7 @@ def abducted_transition_noise(
     return jax.vmap(one)(steps, observed_actions, observed_states, observed_next_states)
 
 
-def _check_inputs(transition_logits, rewards, policy_logits, actions, states, next_states):
+def check_episode_inputs(transition_logits, rewards, policy_logits, actions, states, next_states):
     """Eager checks; return the tables as arrays and the observations as int32 arrays."""
     logits = _float_array(transition_logits, "transition_logits")
     if logits.ndim != 3 or logits.shape[1] != logits.shape[2]:

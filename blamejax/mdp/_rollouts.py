@@ -28,9 +28,6 @@ overrides it (static shapes under `vmap`).
 
 The answer assumes the Gumbel-max coupling, which data cannot identify: another coupling
 with the same transition probabilities can give other counterfactuals.
-
-The pipeline, its episodes (`MDPEpisode`), the policy plan, the abduction of the
-transition noise and the input checks are in `_mdp.py`; this module holds the driver.
 """
 
 from __future__ import annotations
@@ -50,8 +47,8 @@ from ._episode import (
     POLICY,
     TRANSITION,
     MDPEpisode,
-    _check_inputs,
     abducted_transition_noise,
+    check_episode_inputs,
     mdp_pipeline,
     mdp_policy_plan,
 )
@@ -142,7 +139,7 @@ def counterfactual_rollouts(
     ```
     """
     key = as_key(key)
-    tables, observed = _check_inputs(
+    tables, observed = check_episode_inputs(
         transition_logits,
         rewards,
         policy_logits,

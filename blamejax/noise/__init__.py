@@ -5,6 +5,7 @@ another step's noise.
 
 from ._gumbel import abduct_gumbels as abduct_gumbels
 from ._gumbel import abduction_key as abduction_key
+from ._gumbel import as_key as as_key
 from ._gumbel import fold_in as fold_in
 from ._gumbel import fresh_key as fresh_key
 from ._gumbel import gumbel_at as gumbel_at

@@ -315,3 +315,24 @@ def abduct_gumbels(
     winner = top - logit_k
     is_observed = jnp.arange(num_options, dtype=jnp.int32) == observed
     return jnp.where(is_observed, winner, losers)
+
+
+def as_key(key) -> PRNGKeyArray:
+    """Accept an int seed or a typed key at the outermost API and return a typed key.
+
+    ```python
+    import blamejax as bj
+    key = bj.noise.as_key(0)  # the same as jax.random.key(0)
+    ```
+    """
+    if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+        return jr.key(int(key))
+    if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        if key.shape != ():
+            raise ValueError(f"`key` must be a single key, got a key array of shape {key.shape}")
+        return key
+    if isinstance(key, jax.Array) and key.dtype == jnp.uint32 and key.shape == (2,):
+        return jr.wrap_key_data(key)
+    raise TypeError(
+        f"`key` must be an int seed or a `jax.random.key(...)`, got {type(key).__name__}"
+    )

@@ -2,14 +2,15 @@
 methods side by side on them.
 
 ```python
+# doctest: slow (compiles every method of the benchmark, about 30 s)
 import blamejax as bj
 from blamejax import scm
 
-model = scm.make_scm(0, num_steps=8)                      # a random chain, K = 4 options
-failures = scm.inject_errors(1, model, num_failures=500)  # golden culprits by injection
-print(failures.summary())                                 # counts and rejection rate
+model = scm.make_scm(0, num_steps=6)                     # a random chain, K = 4 options
+failures = scm.inject_errors(1, model, num_failures=50)  # golden culprits by injection
+print(failures.summary())                                # counts and rejection rate
 result = bj.exact_blame(model.pipeline, failures.cases, failures.worlds)
-report = scm.single_culprit_benchmark(2, model, 500)      # every method, with intervals
+report = scm.single_culprit_benchmark(2, model, 50, num_rollouts=20)  # every method, with intervals
 print(scm.results_markdown([report]))
 ```
 """

@@ -6,11 +6,6 @@ answers against golden labels: Step@k (the named step is within k steps of the c
 Step@0 is the exact step), agent-level accuracy, and for multi-culprit cases whether the
 named step is a culprit and how far a method's credit vector is from the analytic Shapley
 split. Accuracies come with Wilson score intervals.
-
-Neighbours: `_attribution_methods.py` holds the method names (`METHODS`), the
-`MethodComparison` result and the pieces `compare_methods` is built from;
-`_attribution_report.py` holds `single_culprit_benchmark`, `multi_culprit_benchmark` and
-`results_markdown`. `blamejax/scm.py` re-exports the public names.
 """
 
 from __future__ import annotations
@@ -21,21 +16,21 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
-from .._checks import as_key
 from ..coalitions import mask_plan
 from ..estimators import exact_blame, mc_shapley
 from ..interventions import contrastive
+from ..noise import as_key
 from ..pipeline import World, discover_batch
 from ..stats import wilson_interval
 from ..worlds import replay
 from ._methods import (
     METHODS,
     MethodComparison,
-    _differing_steps,
-    _mask_function,
-    _rng,
-    _timed,
+    differing_steps,
+    mask_function,
     method_label,
+    numpy_rng,
+    timed_call,
     top_step,
 )
 
@@ -87,9 +82,12 @@ def compare_methods(
     per failure; `RuntimeError` when two computations of the same quantity disagree.
 
     ```python
+    from blamejax import scm
     model = scm.make_scm(0, num_steps=6)
-    failures = scm.inject_errors(1, model, 200)
-    comparison = scm.compare_methods(model.pipeline, failures.cases, failures.worlds, key=2)
+    failures = scm.inject_errors(1, model, 50)
+    comparison = scm.compare_methods(
+        model.pipeline, failures.cases, failures.worlds, key=2, methods=("exact_shapley", "fix_alone")
+    )
     hits = scm.step_hits(comparison.predicted[comparison.index("fix_alone")], failures.culprit)
     ```
     """
@@ -114,23 +112,23 @@ def compare_methods(
     n = structure.num_steps
     num_failures = int(worlds.key.shape[0])
     out: dict = {}  # name -> (predicted, credits, evaluations, seconds, steady)
-    masks_fn = _mask_function(pipeline, structure, n)
+    masks_fn = mask_function(pipeline, structure, n)
     eye = np.eye(n, dtype=bool)
 
     # Fix-alone coalitions: the failed run and each step fixed alone (also gives the label rule).
     alone_masks = jnp.asarray(np.concatenate([np.zeros((1, n), bool), eye]))
-    v_alone, t_first, t_steady = _timed(lambda: masks_fn(cases, worlds, alone_masks), repeat)
+    v_alone, t_first, t_steady = timed_call(lambda: masks_fn(cases, worlds, alone_masks), repeat)
     v_alone = np.asarray(v_alone, np.float64).mean(axis=1)  # [F, n + 1]
     fix_alone = v_alone[:, 1:] - v_alone[:, :1]
     repaired = (v_alone[:, 1:] >= 0.5) & (v_alone[:, :1] < 0.5)
     earliest = np.where(repaired.any(axis=1), repaired.argmax(axis=1), -1).astype(np.int32)
-    rng_ties = _rng(key_ties)
+    rng_ties = numpy_rng(key_ties)
     if "fix_alone" in methods:
         out["fix_alone"] = (top_step(fix_alone, rng_ties), fix_alone, n + 1, t_first, t_steady)
 
     if "leave_one_out" in methods:
         loo_masks = jnp.asarray(np.concatenate([np.ones((1, n), bool), ~eye]))
-        v_loo, t_first, t_steady = _timed(lambda: masks_fn(cases, worlds, loo_masks), repeat)
+        v_loo, t_first, t_steady = timed_call(lambda: masks_fn(cases, worlds, loo_masks), repeat)
         v_loo = np.asarray(v_loo, np.float64).mean(axis=1)
         loo = v_loo[:, :1] - v_loo[:, 1:]
         out["leave_one_out"] = (top_step(loo, rng_ties), loo, n + 1, t_first, t_steady)
@@ -143,16 +141,16 @@ def compare_methods(
                 "choice"
             ]
 
-        (failed, fixed), t_first, t_steady = _timed(both, repeat)
+        (failed, fixed), t_first, t_steady = timed_call(both, repeat)
         site_step = [structure.step_index(s.step) for s in structure.sites]
-        first, last = _differing_steps(
+        first, last = differing_steps(
             np.asarray(failed)[:, 0], np.asarray(fixed)[:, 0], site_step, n
         )
         out["first_step"] = (first, None, 2, t_first, t_steady)
         out["last_step"] = (last, None, 2, t_first, t_steady)
 
     if "exact_shapley" in methods or "exact_shapley_earliest" in methods:
-        result, t_first, t_steady = _timed(lambda: exact_blame(pipeline, cases, worlds), repeat)
+        result, t_first, t_steady = timed_call(lambda: exact_blame(pipeline, cases, worlds), repeat)
         shapley = np.asarray(result.shapley, np.float64)
         _agree(np.asarray(result.fix_alone, np.float64), fix_alone, "fix-alone gains")
         if "leave_one_out" in out:
@@ -173,7 +171,7 @@ def compare_methods(
             evaluations, t_first, t_steady = 2.0, 0.0, np.nan
         else:
             budget = 2 + mc_orders * (n - 1)
-            result, t_first, t_steady = _timed(
+            result, t_first, t_steady = timed_call(
                 lambda: mc_shapley(
                     pipeline, cases, worlds, key_mc, max_evaluations=budget, stop=(), t1=2
                 ),
@@ -185,7 +183,7 @@ def compare_methods(
 
     for name, downstream in (("commitment_held", "held"), ("commitment_fresh", "fresh")):
         if name in methods:
-            result, t_first, t_steady = _timed(
+            result, t_first, t_steady = timed_call(
                 lambda d=downstream: contrastive(
                     pipeline, cases, worlds, num_rollouts=num_rollouts, downstream=d, delta=delta
                 ),
@@ -200,7 +198,7 @@ def compare_methods(
             )
 
     if "random" in methods:
-        guess = _rng(key_random).integers(n, size=num_failures).astype(np.int32)
+        guess = numpy_rng(key_random).integers(n, size=num_failures).astype(np.int32)
         out["random"] = (guess, None, 0, 0.0, np.nan if repeat == 0 else 0.0)
 
     return MethodComparison(

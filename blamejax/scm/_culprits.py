@@ -7,8 +7,7 @@ bad culprit fails the run, so every culprit must be fixed. Either way the other 
 fixes change their own outputs but not the score, are null players, and by symmetry each
 culprit's Shapley value is exactly 1/m.
 
-Here: `MultiCulpritCases` and `multi_culprit_cases`. The pipelines and their tables
-(`culprit_case`) are in `_scm.py`; single-culprit failures by injection in `_scm_inject.py`.
+Here: `MultiCulpritCases` and `multi_culprit_cases`.
 """
 
 from __future__ import annotations
@@ -20,20 +19,20 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Float, Int
 
-from .._checks import as_key
 from .._compile import compiled
+from ..noise import as_key
 from ..pipeline import World
-from ._inject import _check_steps, _recorded
+from ._inject import check_steps, recorded_worlds_of
 from ._model import (
     KINDS,
     RULE_ALL,
     RULE_ANY,
     SCM,
     SCMCase,
-    _count,
-    _params,
-    _shape,
+    count_of,
     culprit_case,
+    params_of,
+    shape_of,
 )
 
 
@@ -67,7 +66,7 @@ class MultiCulpritCases(eqx.Module):
 
 def _culprit_function(scm: SCM):
     """Compiled: the multi-culprit cases of a batch of case ids."""
-    return _culprit_function_for(_shape(scm))
+    return _culprit_function_for(shape_of(scm))
 
 
 @compiled("scm.culprits")
@@ -114,7 +113,10 @@ def multi_culprit_cases(
     index beyond n.
 
     ```python
-    cases = multi_culprit_cases(0, make_scm(0, 8), 100, num_culprits=2, kind="disjunctive")
+    import blamejax as bj
+    from blamejax import scm
+    model = scm.make_scm(0, num_steps=6)
+    cases = scm.multi_culprit_cases(0, model, 50, num_culprits=2, kind="disjunctive")
     result = bj.exact_blame(cases.pipeline, cases.cases, cases.worlds)
     # result.shapley equals cases.analytic_shapley: 0.5 on both culprits, 0 elsewhere
     ```
@@ -123,16 +125,16 @@ def multi_culprit_cases(
         raise TypeError(
             f"`scm` must be a blamejax.scm.SCM (see make_scm), got {type(scm).__name__}"
         )
-    num_cases = _count(num_cases, "num_cases", 1)
+    num_cases = count_of(num_cases, "num_cases", 1)
     if kind not in KINDS:
         raise ValueError(f"`kind` must be one of {KINDS}, got {kind!r}")
     n = scm.num_steps
     key_tables, key_culprits, key_noise = jr.split(as_key(key), 3)
     if culprits is not None:
-        fixed = tuple(sorted(_check_steps(culprits, n, "culprits")))
+        fixed = tuple(sorted(check_steps(culprits, n, "culprits")))
         chosen = np.tile(np.asarray(fixed, np.int32), (num_cases, 1))
     else:
-        m = _count(num_culprits, "num_culprits", 1)
+        m = count_of(num_culprits, "num_culprits", 1)
         if m > n:
             raise ValueError(f"`num_culprits` = {m} is more than the pipeline's {n} steps")
         draw = jax.vmap(lambda c: jr.permutation(jr.fold_in(key_culprits, c), n)[:m])
@@ -141,14 +143,14 @@ def multi_culprit_cases(
     rule = RULE_ANY if kind == "conjunctive" else RULE_ALL
     ids = np.arange(num_cases, dtype=np.int32)
     cases = _culprit_function(scm)(
-        _params(scm), key_tables, ids, jnp.asarray(chosen), jnp.asarray(rule, jnp.int32)
+        params_of(scm), key_tables, ids, jnp.asarray(chosen), jnp.asarray(rule, jnp.int32)
     )
     analytic = np.zeros((num_cases, n), np.float32)
     np.put_along_axis(analytic, chosen, np.float32(1.0 / m), axis=1)
     return MultiCulpritCases(
         scm=scm,
         cases=cases,
-        worlds=_recorded(key_noise, ids),
+        worlds=recorded_worlds_of(key_noise, ids),
         culprits=jnp.asarray(chosen),
         kind=kind,
         analytic_shapley=jnp.asarray(analytic),

@@ -9,9 +9,8 @@ when it now fails and no step before k repairs it by its fix alone; its golden l
 the earliest step whose fix alone turns the failure into a success (k's fix always does: it
 restores the original, successful run).
 
-Here: `InjectedFailures` and `inject_errors`, with the argument check `_check_steps` and the
-recorded-noise worlds `_recorded` (both also used by `_scm_culprits.py`). The pipelines and
-their tables are in `_scm.py`; multi-culprit cases in `_scm_culprits.py`.
+Here: `InjectedFailures` and `inject_errors`, with the argument check `check_steps` and the
+recorded-noise worlds `recorded_worlds_of` (both also used for multi-culprit cases).
 """
 
 from __future__ import annotations
@@ -25,19 +24,18 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Int
 
-from .._checks import as_key
 from .._compile import cached
 from ..coalitions import mask_values
-from ..noise import world_key
+from ..noise import as_key, world_key
 from ..pipeline import World, discover, factual_plan, run_score
 from ._model import (
     SCM,
     SCMCase,
-    _count,
-    _params,
-    _shape,
     clean_case,
+    count_of,
     injected_case,
+    params_of,
+    shape_of,
 )
 
 
@@ -96,7 +94,7 @@ class InjectedFailures(eqx.Module):
         )
 
 
-def _check_steps(steps, num_steps: int, name: str) -> tuple[int, ...]:
+def check_steps(steps, num_steps: int, name: str) -> tuple[int, ...]:
     if steps is None:
         return tuple(range(num_steps))
     if isinstance(steps, (int, np.integer)) and not isinstance(steps, bool):
@@ -123,14 +121,14 @@ def _check_steps(steps, num_steps: int, name: str) -> tuple[int, ...]:
 def _screen_function(scm: SCM):
     """Compiled: for a batch of candidate ids, the clean score, the injected step, the
     injected run's score with no fix and with each step's fix alone, and the injected cases."""
-    shape = _shape(scm)
+    shape = shape_of(scm)
     return cached("scm.screen", shape, lambda: _build_screen(scm, shape))
 
 
 def _build_screen(scm: SCM, shape):
     pipeline = scm.pipeline
     n = scm.num_steps
-    structure = discover(pipeline, clean_case(shape, _params(scm), jr.key(0)))
+    structure = discover(pipeline, clean_case(shape, params_of(scm), jr.key(0)))
     players = tuple(range(n))
     fixes = (1,) * n
     masks = jnp.concatenate([jnp.zeros((1, n), bool), jnp.eye(n, dtype=bool)])
@@ -149,7 +147,7 @@ def _build_screen(scm: SCM, shape):
     return jax.jit(jax.vmap(one, in_axes=(None, None, None, None, None, 0)))
 
 
-def _recorded(key_noise, ids) -> World:
+def recorded_worlds_of(key_noise, ids) -> World:
     keys = jax.vmap(lambda f: world_key(key_noise, f, 0))(jnp.asarray(ids))
     return World(key=keys[:, None])
 
@@ -188,8 +186,9 @@ def inject_errors(
     injections were kept within `max_candidates`.
 
     ```python
-    scm = make_scm(0, num_steps=6)
-    failures = inject_errors(0, scm, 200)
+    from blamejax import scm
+    model = scm.make_scm(0, num_steps=6)
+    failures = scm.inject_errors(1, model, 50)
     print(failures.summary())
     ```
     """
@@ -197,12 +196,12 @@ def inject_errors(
         raise TypeError(
             f"`scm` must be a blamejax.scm.SCM (see make_scm), got {type(scm).__name__}"
         )
-    num_failures = _count(num_failures, "num_failures", 1)
-    batch_size = _count(batch_size, "batch_size", 1)
-    allowed = _check_steps(steps, scm.num_steps, "steps")
+    num_failures = count_of(num_failures, "num_failures", 1)
+    batch_size = count_of(batch_size, "batch_size", 1)
+    allowed = check_steps(steps, scm.num_steps, "steps")
     if max_candidates is None:
         max_candidates = max(100_000, 200 * num_failures)
-    max_candidates = _count(max_candidates, "max_candidates", 1)
+    max_candidates = count_of(max_candidates, "max_candidates", 1)
     key_tables, key_steps, key_noise = jr.split(as_key(key), 3)
     screen = _screen_function(scm)
     n = scm.num_steps
@@ -212,7 +211,7 @@ def inject_errors(
     while start < max_candidates and len(kept_ids) < num_failures:
         ids = np.arange(start, start + batch_size, dtype=np.int32)
         clean, step, scores, cases = screen(
-            _params(scm), key_tables, key_steps, key_noise, jnp.asarray(allowed, jnp.int32), ids
+            params_of(scm), key_tables, key_steps, key_noise, jnp.asarray(allowed, jnp.int32), ids
         )
         clean, step, scores = np.asarray(clean), np.asarray(step), np.asarray(scores)
         success = clean >= 0.5
@@ -258,7 +257,7 @@ def inject_errors(
     return InjectedFailures(
         scm=scm,
         cases=cases,
-        worlds=_recorded(key_noise, ids),
+        worlds=recorded_worlds_of(key_noise, ids),
         culprit=jnp.asarray(culprit),
         candidate_ids=jnp.asarray(ids),
         num_candidates=num_candidates,

@@ -2,10 +2,6 @@
 the `MethodComparison` result, and the small pieces the comparison is built from (ranking
 scores into a named step with ties broken at random, the first and last differing step,
 compiled coalition scores, timing).
-
-Neighbours: `_attribution_bench.py` holds `compare_methods` and the metrics that score its
-answers; `_attribution_report.py` holds the benchmark drivers and their markdown tables.
-`blamejax/scm.py` re-exports the public names.
 """
 
 from __future__ import annotations
@@ -91,7 +87,7 @@ class MethodComparison(eqx.Module):
 
 
 # -- helpers ------------------------------------------------------------------------------------
-def _rng(key) -> np.random.Generator:
+def numpy_rng(key) -> np.random.Generator:
     return np.random.default_rng(np.asarray(jr.key_data(key)).tolist())
 
 
@@ -119,7 +115,7 @@ def top_step(
     return np.argmax(draw, axis=1).astype(np.int32)
 
 
-def _differing_steps(choice_a, choice_b, site_step, num_steps):
+def differing_steps(choice_a, choice_b, site_step, num_steps):
     """First and last step whose output differs between two runs; -1 when none does."""
     differs = np.asarray(choice_a) != np.asarray(choice_b)  # [F, sites]
     step_differs = np.zeros((differs.shape[0], num_steps), bool)
@@ -132,7 +128,7 @@ def _differing_steps(choice_a, choice_b, site_step, num_steps):
 
 
 @compiled("scm.masks")
-def _mask_function(pipeline, structure, n):
+def mask_function(pipeline, structure, n):
     """Compiled: the scores of a set of coalitions for every failure and world."""
     players, fixes = tuple(range(n)), (1,) * n
 
@@ -143,7 +139,7 @@ def _mask_function(pipeline, structure, n):
     return jax.jit(jax.vmap(per_failure, in_axes=(0, 0, None)))
 
 
-def _timed(function, repeat: int):
+def timed_call(function, repeat: int):
     start = time.perf_counter()
     out = jax.block_until_ready(function())
     first = time.perf_counter() - start

@@ -16,10 +16,6 @@ The run succeeds (score 1) when the case's *critical* steps are good: for inject
 failures, the last step (every step is its ancestor); for multi-culprit cases, a rule over
 the culprits. Topologies: a chain (step i reads step i - 1) or a random DAG (the chain plus,
 with probability `extra_parent`, a second parent drawn among the earlier steps).
-
-Neighbours: `_scm_inject.py` makes failures with golden culprits by controlled error
-injection (`inject_errors`); `_scm_culprits.py` makes multi-culprit cases with analytic
-Shapley values (`multi_culprit_cases`). `blamejax/scm.py` re-exports the public names.
 """
 
 from __future__ import annotations
@@ -33,7 +29,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from .._checks import as_key
+from ..noise import as_key
 
 TOPOLOGIES = ("chain", "dag")
 KINDS = ("conjunctive", "disjunctive")
@@ -151,7 +147,7 @@ def _probability(value, name: str, low: float, high: float, *, high_open: bool =
     return value
 
 
-def _count(value, name: str, minimum: int) -> int:
+def count_of(value, name: str, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"`{name}` must be an int, got {type(value).__name__}: {value!r}")
     if value < minimum:
@@ -197,13 +193,15 @@ def make_scm(
     topology, a probability out of its range.
 
     ```python
-    scm = make_scm(0, num_steps=8, num_options=4, noise=0.1)
-    failures = inject_errors(1, scm, num_failures=100)
-    result = bj.exact_blame(scm.pipeline, failures.cases, failures.worlds)
+    import blamejax as bj
+    from blamejax import scm
+    model = scm.make_scm(0, num_steps=6, num_options=4, noise=0.1)
+    failures = scm.inject_errors(1, model, num_failures=50)
+    result = bj.exact_blame(model.pipeline, failures.cases, failures.worlds)
     ```
     """
-    num_steps = _count(num_steps, "num_steps", 1)
-    num_options = _count(num_options, "num_options", 2)
+    num_steps = count_of(num_steps, "num_steps", 1)
+    num_options = count_of(num_options, "num_options", 2)
     if topology not in TOPOLOGIES:
         raise ValueError(f"`topology` must be one of {TOPOLOGIES}, got {topology!r}")
     extra_parent = _probability(extra_parent, "extra_parent", 0.0, 1.0, high_open=False)
@@ -213,7 +211,7 @@ def make_scm(
     recovery = _probability(recovery, "recovery", 0.0, 1.0)
     fix_recovery = _probability(fix_recovery, "fix_recovery", 0.0, 1.0)
     leak = _probability(leak, "leak", 0.0, 1.0)
-    steps_per_agent = _count(steps_per_agent, "steps_per_agent", 1)
+    steps_per_agent = count_of(steps_per_agent, "steps_per_agent", 1)
     key = as_key(key)
     parents = [()] + [(i - 1,) for i in range(1, num_steps)]
     if topology == "dag":
@@ -276,7 +274,7 @@ def _log(p):
     return jnp.log(p).astype(jnp.float32)  # log 0 = -inf: an impossible option
 
 
-def _params(scm: SCM) -> Float[Array, " 5"]:
+def params_of(scm: SCM) -> Float[Array, " 5"]:
     """The behaviour parameters as data, so that one compiled function serves every noise
     level of a topology: noise, recovery, fix_noise, fix_recovery, leak."""
     return jnp.asarray(
@@ -284,7 +282,7 @@ def _params(scm: SCM) -> Float[Array, " 5"]:
     )
 
 
-def _shape(scm: SCM) -> tuple:
+def shape_of(scm: SCM) -> tuple:
     """What the compiled functions depend on: the topology and K (not the probabilities)."""
     return (scm.parents, scm.num_options)
 

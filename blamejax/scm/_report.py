@@ -4,10 +4,6 @@
 configuration and return plain, JSON-ready results; `results_markdown` renders them. Timings
 are kept in their own field, so two runs with the same seeds give identical tables once the
 timings are left out.
-
-Neighbours: `_attribution_bench.py` holds `compare_methods` and the metrics used here;
-`_attribution_methods.py` the method names and labels; `_scm_inject.py` and
-`_scm_culprits.py` make the failures. `blamejax/scm.py` re-exports the public names.
 """
 
 from __future__ import annotations
@@ -17,7 +13,7 @@ from collections.abc import Sequence
 import jax.random as jr
 import numpy as np
 
-from .._checks import as_key
+from ..noise import as_key
 from ._bench import (
     agent_hits,
     compare_methods,
@@ -87,7 +83,9 @@ def single_culprit_benchmark(
     that differs between two runs with the same seeds).
 
     ```python
-    report = scm.single_culprit_benchmark(0, scm.make_scm(0, 8, steps_per_agent=2), 1000)
+    # doctest: slow (compiles every method of the benchmark, about 30 s)
+    from blamejax import scm
+    report = scm.single_culprit_benchmark(0, scm.make_scm(0, 6, steps_per_agent=2), 50, num_rollouts=20)
     print(scm.results_markdown([report]))
     ```
     """
@@ -166,7 +164,9 @@ def multi_culprit_benchmark(
     analytic| over all cases and steps) and `timing`.
 
     ```python
-    report = scm.multi_culprit_benchmark(0, scm.make_scm(0, 8), 500, kind="disjunctive")
+    # doctest: slow (compiles every method of the benchmark, about 30 s)
+    from blamejax import scm
+    report = scm.multi_culprit_benchmark(0, scm.make_scm(0, 6), 50, kind="disjunctive", num_rollouts=20)
     print(scm.results_markdown(multi=[report]))
     ```
     """

@@ -1,8 +1,8 @@
-"""The interval across failures and the stopping rule of `blame_batch` (in `_batch.py`).
+"""The interval across failures and the stopping rule of `blame_batch`.
 
 `checkpoint_interval` gives every step's mean per-failure value and its anytime-valid
 interval at a checkpoint of the failure stream, and whether the top step is separated
-from all others. The result type is in `_batch_result.py`.
+from all others.
 """
 
 from __future__ import annotations

@@ -3,8 +3,7 @@
 The Wilson score interval of one proportion, Newcombe's hybrid score interval for a
 difference of two independent proportions, and the point of commitment (the last step whose
 effect interval excludes zero). They are plain numpy functions of counts and intervals.
-Their main user is the contrastive estimator in `_contrastive.py`, which imports them (so
-`wilson_interval` can still be imported from there).
+Their main user is the contrastive estimator (`blamejax.interventions.contrastive`).
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Replay fidelity: how faithfully a replay from a run's noise reproduces its recorded
 choices (the action-match rate of Causal Agent Replay).
 
-Check it before reading counterfactuals from a replay. Neighbours: the contrastive estimator
-is in `_contrastive.py`, CAR's re-draw game in `_resample_shapley.py`, and `replay` itself in
-`_replay.py`.
+Check it before reading counterfactuals from a replay.
 """
 
 from __future__ import annotations

@@ -1,0 +1,112 @@
+"""The house rules of the package layout (docs/architecture.md), checked on the source.
+
+- the front door (`blamejax/__init__.py`) stays small;
+- modules inside a subpackage are private: another subpackage imports only the names a
+  subpackage's `__init__.py` exports, never a module or a private name of it;
+- the subpackages depend on each other without cycles;
+- compiled functions are cached only in the one compile cache (`blamejax/_compile.py`).
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+import types
+
+import blamejax as bj
+
+PACKAGE = pathlib.Path(bj.__file__).parent
+SUBPACKAGES = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists())
+
+
+def _modules():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        yield path, ast.parse(path.read_text())
+
+
+def _unit(path: pathlib.Path) -> str:
+    """The subpackage a file belongs to, or its own name for a top-level module."""
+    parts = path.relative_to(PACKAGE).parts
+    return parts[0] if len(parts) > 1 else parts[0].removesuffix(".py")
+
+
+def _imports(path, tree):
+    """`(unit imported, names, module path)` for each relative import of a blamejax file."""
+    here = path.relative_to(PACKAGE).parts[:-1]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = here[: len(here) - (node.level - 1)]
+            target = list(base) + (node.module.split(".") if node.module else [])
+            names = [a.name for a in node.names]
+            if not target:  # `from . import x` at the top: x is a unit itself
+                for name in names:
+                    yield name, [], [name]
+                continue
+            yield target[0], names, target
+
+
+def test_front_door_is_small():
+    names = [n for n in vars(bj) if not n.startswith("_") and not isinstance(getattr(bj, n), types.ModuleType)]
+    assert len(names) <= 35, sorted(names)
+    namespaces = {n for n in vars(bj) if isinstance(getattr(bj, n), types.ModuleType) and not n.startswith("_")}
+    assert {"noise", "stats", "interventions", "scm", "demos"} <= namespaces
+
+
+def test_no_private_import_across_subpackages():
+    offences = []
+    for path, tree in _modules():
+        own = _unit(path)
+        for unit, names, target in _imports(path, tree):
+            if unit == own or unit not in SUBPACKAGES:
+                continue
+            if len(target) > 1:  # reaches into a module of another subpackage
+                offences.append(f"{path.relative_to(PACKAGE)} imports {'.'.join(target)}")
+            offences += [
+                f"{path.relative_to(PACKAGE)} imports {unit}.{n}" for n in names if n.startswith("_")
+            ]
+    assert offences == []
+
+
+def test_subpackages_form_no_cycle():
+    graph: dict[str, set[str]] = {}
+    for path, tree in _modules():
+        own = _unit(path)
+        for unit, _, _ in _imports(path, tree):
+            if unit != own:
+                graph.setdefault(own, set()).add(unit)
+    graph.pop("__init__", None)  # the front door imports everything
+    state: dict[str, int] = {}
+
+    def visit(node, trail):
+        if state.get(node) == 1:
+            raise AssertionError("import cycle: " + " -> ".join(trail + [node]))
+        if state.get(node) == 2:
+            return
+        state[node] = 1
+        for other in sorted(graph.get(node, ())):
+            visit(other, trail + [node])
+        state[node] = 2
+
+    for node in sorted(graph):
+        visit(node, [])
+
+
+def test_no_module_level_cache_outside_the_compile_cache():
+    offences = []
+    for path, tree in _modules():
+        if path.name == "_compile.py":
+            continue
+        for node in tree.body:
+            targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+            value = getattr(node, "value", None)
+            empty = isinstance(value, ast.Dict) and not value.keys
+            empty = empty or (
+                isinstance(value, ast.Call)
+                and getattr(value.func, "id", "") in ("dict", "OrderedDict")
+                and not value.args
+                and not value.keywords
+            )
+            for target in targets:
+                if isinstance(target, ast.Name) and (empty or "CACHE" in target.id.upper()):
+                    offences.append(f"{path.relative_to(PACKAGE)}: {target.id}")
+    assert offences == []
