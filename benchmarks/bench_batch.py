@@ -34,7 +34,6 @@ from _timing import WARMUP_S, timed  # noqa: E402
 import blamejax as bj  # noqa: E402
 from blamejax import demos  # noqa: E402
 from blamejax.estimators import _batch  # noqa: E402
-from blamejax._checks import resolve_players  # noqa: E402
 from blamejax.noise import world_key  # noqa: E402
 
 STEPS = ("rewrite", "retrieve", "answer", "verify")
@@ -134,10 +133,10 @@ def main(argv=None) -> int:
             return bj.inferred_worlds(demos.rag_pipeline, sub, observed, abduct_key, args.worlds, case_ids=ids)
 
         worlds = make_worlds()
-        structure = bj.discover(demos.rag_pipeline, jax.tree_util.tree_map(lambda x: x[0], sub))
-        players, fixes = resolve_players(structure, None, None)
+        game = bj.Game.make(demos.rag_pipeline, sub)
+        structure, players, fixes = game.structure, game.players, game.fixes
         front = _batch._front_function(demos.rag_pipeline, structure, bj.Hard())
-        select = _batch._select_function(demos.rag_pipeline, structure, players, fixes, bj.Hard())
+        select = _batch._select_function(game)
         all_cases = jax.tree_util.tree_map(jnp.asarray, cases)
         recorded = bj.recorded_worlds(key, args.cases)
         failure_rows = jnp.asarray(ids, jnp.int32)
@@ -228,8 +227,8 @@ def main(argv=None) -> int:
     # The least a recorded call could compute, fused into one compiled call with no host work:
     # the recorded worlds, the coalition tables of every case and the mean Shapley value of
     # the failures (no checks, drill-down, baselines, intervals or visiting order).
-    structure = bj.discover(demos.rag_pipeline, jax.tree_util.tree_map(lambda x: x[0], cases))
-    players, fixes = resolve_players(structure, None, None)
+    game = bj.Game.make(demos.rag_pipeline, cases)
+    structure, players, fixes = game.structure, game.players, game.fixes
 
     @jax.jit
     def least_recorded_job(all_cases, typed_key):

@@ -36,12 +36,12 @@ from _timing import WARMUP_S, timed  # noqa: E402
 from bench_exact import build_tables, chain_pipeline  # noqa: E402
 
 import blamejax as bj  # noqa: E402
+from blamejax import _compile  # noqa: E402
+from blamejax.coalitions import coalition_values  # noqa: E402
 from blamejax.estimators import _exact  # noqa: E402
 from blamejax.noise import _gumbel as _noise  # noqa: E402
+from blamejax.pipeline import discover_batch, world_noise  # noqa: E402
 from blamejax.reduction import _shapley  # noqa: E402
-from blamejax.coalitions import coalition_values  # noqa: E402
-from blamejax.pipeline import world_noise  # noqa: E402
-from blamejax.pipeline import discover_batch  # noqa: E402
 
 
 def jax_random_sites(key, steps, slots, num_options):
@@ -79,14 +79,15 @@ def profile_size(n: int, num_failures: int, num_worlds: int) -> list[str]:
 
     call = lambda: bj.exact_blame(pipeline, tables, worlds, max_steps=max(20, n))  # noqa: E731
     whole = timed(call)
-    chunk = list(_exact._CACHE.values())[-1]
+    chunk = [f for (kind, _), f in _compile._ENTRIES.items() if kind == "exact.chunk"][-1]
     bucket = _exact._bucket(num_failures, 1 << 30)
     index = jnp.asarray(np.minimum(np.arange(bucket), num_failures - 1), jnp.int32)
-    padded = _exact._take((tables, worlds), index)
+    padded = _exact.take_rows((tables, worlds), index)
     compiled = timed(chunk, *padded)
 
     # The first 30 calls after compiling against the next 50 (a fresh compiled function).
-    _exact._CACHE.clear()
+    for entry in [k for k in _compile._ENTRIES if k[0] == "exact.chunk"]:
+        del _compile._ENTRIES[entry]
     jax.block_until_ready(call())
     runs = []
     for _ in range(80):

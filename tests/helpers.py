@@ -1,9 +1,12 @@
-"""Random pipelines for tests, written with the public API."""
+"""Random pipelines for tests, written with the public API, and the first failures of a demo
+SCM under recorded noise."""
 
 import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
+
+import blamejax as bj
 
 
 def random_chain_cases(key, num_steps, num_cases, num_options=4, num_variants=2, neg_inf=0.0):
@@ -62,3 +65,32 @@ def take(cases, i):
 
 def masks(n):
     return ((np.arange(1 << n)[:, None] >> np.arange(n)) & 1).astype(bool)
+
+
+_SCORERS: dict = {}
+
+
+def factual_scores(pipeline, make_cases, seed, ids):
+    """The factual score of customers `ids` (every customer has the same tables; they
+    differ in their recorded noise), compiled once per pipeline."""
+    if pipeline not in _SCORERS:
+        case = jax.tree_util.tree_map(lambda x: x[0], make_cases(1))
+        structure = bj.discover(pipeline, case)
+        plan = bj.pipeline.factual_plan(structure)
+        one = lambda key: bj.pipeline.run_score(pipeline, structure, case, bj.World(key=key), plan)  # noqa: E731
+        _SCORERS[pipeline] = jax.jit(jax.vmap(one))
+    return np.asarray(_SCORERS[pipeline](bj.recorded_worlds(seed, ids).key[:, 0]))
+
+
+def failures(pipeline, make_cases, count, seed=0, bad=True):
+    """The first `count` failed runs (or good runs, `bad=False`) among customers 0, 1, ...
+    with recorded noise under root `seed`: (cases, worlds)."""
+    ids, start = [], 0
+    while len(ids) < count:
+        batch = np.arange(start, start + 1024)
+        scores = factual_scores(pipeline, make_cases, seed, batch)
+        ids += batch[(scores < 0.5) == bad].tolist()
+        start += 1024
+    ids = np.asarray(ids[:count])
+    cases = jax.tree_util.tree_map(lambda x: x[:count], make_cases(count))
+    return cases, bj.recorded_worlds(seed, ids)

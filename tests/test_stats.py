@@ -1,4 +1,5 @@
-"""Confidence radii, the checkpoint schedule and the stopping rules, on hand-computed inputs.
+"""Confidence radii, the checkpoint schedule, the stopping rules, the binomial intervals and
+the point of commitment, on hand-computed inputs and published values.
 
 The radii are conservative, so a wrong constant or a wrong range R would not show up as
 missed coverage; these tests pin each formula to numbers worked out by hand.
@@ -137,3 +138,25 @@ def test_union_bound_total():
     total = sum(n * bj.stats.checkpoint_delta(0.1, n, k) for k in range(1, len(schedule) + 1))
     assert total < 0.1
     assert math.isclose(total, 0.1 * len(schedule) / (len(schedule) + 1))
+
+
+# -- binomial intervals and the point of commitment ----------------------------------
+def test_wilson_published_values():
+    # Newcombe (1998), single proportion, 81/263: Wilson score interval 0.2553 to 0.3662.
+    low, high = bj.stats.wilson_interval(81, 263, 0.05)
+    np.testing.assert_allclose([low, high], [0.2553, 0.3662], atol=5e-5)
+    # The ends are exact: x = 0 gives low = 0, x = n gives high = 1.
+    low, high = bj.stats.wilson_interval(np.array([0, 10, 9]), 10, 0.05)
+    assert low[0] == 0.0 and high[1] == 1.0 and high[2] < 1.0 and low[1] > 0.0
+
+
+def test_newcombe_published_values():
+    # Newcombe (1998), method 10, 56/70 - 48/80: 0.0524 to 0.3339.
+    low, high = bj.stats.newcombe_interval(56, 70, 48, 80, 0.05)
+    np.testing.assert_allclose([low, high], [0.0524, 0.3339], atol=5e-5)
+
+
+def test_point_of_commitment_rule():
+    low = np.array([[0.1, 0.2, -0.1], [-0.1, -0.2, -0.3], [-0.5, 0.0, -0.1]])
+    high = np.array([[0.3, 0.4, 0.1], [0.1, 0.2, 0.3], [-0.1, 0.2, 0.1]])
+    np.testing.assert_array_equal(bj.stats.point_of_commitment(low, high), [1, -1, 0])

@@ -1,9 +1,10 @@
-"""Abduction: posterior Gumbel noise given an observed Gumbel-max choice.
+"""The worlds a failure is replayed in: inferred (abducted) worlds, and replay fidelity.
 
-The real check is against rejection sampling: draw prior Gumbels, keep those under which
-the observed option wins, and read the counterfactual choice under changed logits. A wrong
-posterior would still replay the factual run (every sample forces the observed option), so
-replaying the factual run alone proves little; the counterfactual frequencies do.
+Abduction is posterior Gumbel noise given an observed Gumbel-max choice. The real check is
+against rejection sampling: draw prior Gumbels, keep those under which the observed option
+wins, and read the counterfactual choice under changed logits. A wrong posterior would
+still replay the factual run (every sample forces the observed option), so replaying the
+factual run alone proves little; the counterfactual frequencies do.
 """
 
 import functools
@@ -15,8 +16,10 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 import pytest
+from helpers import failures
 
 import blamejax as bj
+from blamejax.demos import interaction_cases, interaction_pipeline
 
 NEG = -np.inf
 
@@ -336,3 +339,35 @@ def test_abduct_gumbels_vmap_equals_loop():
     np.testing.assert_array_equal(
         winners, np.broadcast_to(np.asarray(observed)[:, None], winners.shape)
     )
+
+
+# --------------------------------------------------------------------------------------
+# Replay fidelity
+# --------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def interaction():
+    return failures(interaction_pipeline, interaction_cases, 4)
+
+
+def test_replay_fidelity(interaction):
+    """Replaying a record with its addressed noise or with noise abducted from it reproduces
+    every choice: the action-match rate is exactly 1.0. Fresh noise does not."""
+    cases, worlds = interaction
+    structure = bj.discover(interaction_pipeline, jax.tree_util.tree_map(lambda x: x[0], cases))
+    case = jax.tree_util.tree_map(lambda x: x[0], cases)
+    record = jnp.stack(
+        [
+            bj.pipeline.trace_run(interaction_pipeline, structure, case, bj.World(key=k))["choice"]
+            for k in worlds.key[:, 0]
+        ]
+    )
+    recorded = bj.worlds.replay_fidelity(interaction_pipeline, cases, worlds, record)
+    assert recorded.rate == 1.0
+    np.testing.assert_array_equal(recorded.per_run, 1.0)
+    inferred = bj.inferred_worlds(interaction_pipeline, cases, record, 3, 8)
+    assert bj.worlds.replay_fidelity(interaction_pipeline, cases, inferred, record).rate == 1.0
+    fresh = bj.worlds.replay_fidelity(interaction_pipeline, cases, bj.fresh_worlds(3, 4, 1), record)
+    assert fresh.rate < 1.0  # the negative control: expected (0.3 + 0.3 + 0.5) / 3 = 0.37
+    assert fresh.sites == ("id_check", "fraud_check", "logger")
