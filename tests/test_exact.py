@@ -17,8 +17,6 @@ from helpers import (
 )
 
 import blamejax as bj
-from blamejax import _compile
-from blamejax._compile import cache_size, trace_count
 from blamejax.estimators import _exact
 
 
@@ -57,30 +55,6 @@ def test_exact_equals_loop_and_brute_force(kind, getkey):
     assert np.abs(np.asarray(result.shapley)).max() > 1e-3  # not a trivial instance
 
 
-def test_vmapped_cube_equals_mask_loop(getkey):
-    n = 5
-    cases = random_chain_cases(getkey(), n, num_cases=1, neg_inf=0.3)
-    case = first(cases)
-    structure = bj.discover(chain_pipeline, case)
-    world = bj.World(key=getkey())
-    cube = bj.coalitions.coalition_values(chain_pipeline, structure, case, world, range(n), [1] * n)
-    by_mask = bj.coalitions.mask_values(chain_pipeline, structure, case, world, range(n), [1] * n, jnp.asarray(masks(n)))
-    np.testing.assert_array_equal(cube, by_mask)
-    assert not np.isnan(np.asarray(cube)).any()
-
-
-def test_jit_equals_eager(getkey):
-    n = 4
-    case = first(random_chain_cases(getkey(), n, num_cases=1))
-    structure = bj.discover(chain_pipeline, case)
-    world = bj.World(key=getkey())
-
-    def f(c, w):
-        return bj.attribute(bj.coalitions.coalition_values(chain_pipeline, structure, c, w, range(n), [1] * n)).shapley
-
-    np.testing.assert_allclose(f(case, world), jax.jit(f)(case, world), atol=1e-6)
-
-
 def test_reproducible(getkey):
     cases = random_chain_cases(jr.key(3), 5, num_cases=4)
     a = bj.exact_blame(chain_pipeline, cases, bj.fresh_worlds(7, 4, 3))
@@ -88,24 +62,6 @@ def test_reproducible(getkey):
     np.testing.assert_array_equal(a.shapley, b.shapley)
     c = bj.exact_blame(chain_pipeline, cases, bj.fresh_worlds(8, 4, 3))
     assert not np.array_equal(a.shapley, c.shapley)
-
-
-@pytest.mark.parametrize("n", [2, 3, 4, 5, 6, 7, 8])
-def test_prefix_sharing_cost(n):
-    """A chain's table costs 2^(n+1) - 2 step evaluations, not n * 2^n."""
-    case = first(random_chain_cases(jr.key(0), n, num_cases=1))
-    structure = bj.discover(chain_pipeline, case)
-    count = bj.coalitions.count_step_evaluations(chain_pipeline, structure, case, bj.World(key=jr.key(1)))
-    assert count == 2 ** (n + 1) - 2
-    if n >= 3:
-        assert count < n * 2**n
-
-
-def test_prefix_sharing_cost_dag():
-    """In the DAG, s1 and s2 each see 2 bits (4 runs), s3 sees all 4 bits (16 runs)."""
-    case = first(random_dag_cases(jr.key(0), 1))
-    structure = bj.discover(dag_pipeline, case)
-    assert bj.coalitions.count_step_evaluations(dag_pipeline, structure, case, bj.World(key=jr.key(1))) == 2 + 4 + 4 + 16
 
 
 def test_chunks_and_world_groups_agree(monkeypatch, getkey):
@@ -128,90 +84,7 @@ def test_bucket_sizes():
     assert max(sizes) == 1024  # capped at the chunk
 
 
-def test_no_recompiles_across_batch_sizes(getkey):
-    cases = random_chain_cases(getkey(), 3, num_cases=20, num_options=3)
-    before = trace_count("exact.chunk")
-    for size in (17, 18, 17, 18, 18):
-        sub = jax.tree_util.tree_map(lambda x: x[:size], cases)
-        bj.exact_blame(chain_pipeline, sub, bj.fresh_worlds(0, size, 2))
-    assert trace_count("exact.chunk") - before == 1  # 17 and 18 share the bucket of 18
-    for size in (19, 20, 19):  # bucket 20: one more trace
-        sub = jax.tree_util.tree_map(lambda x: x[:size], cases)
-        bj.exact_blame(chain_pipeline, sub, bj.fresh_worlds(0, size, 2))
-    assert trace_count("exact.chunk") - before == 2
-
-
-def test_clear_caches_forgets_compiled_functions(getkey):
-    """`bj.clear_caches()` empties the one compile cache: the next call traces again."""
-    cases = random_chain_cases(getkey(), 3, num_cases=4, num_options=3)
-    bj.exact_blame(chain_pipeline, cases, bj.fresh_worlds(0, 4, 2))
-    assert cache_size() > 0
-    bj.clear_caches()
-    assert cache_size() == 0 and trace_count("exact.chunk") == 0
-    bj.exact_blame(chain_pipeline, cases, bj.fresh_worlds(0, 4, 2))
-    assert trace_count("exact.chunk") == 1
-
-
-def test_compile_cache_is_bounded(monkeypatch):
-    """The cache keeps at most MAX_ENTRIES entries, dropping the least recently used."""
-    monkeypatch.setattr(_compile, "MAX_ENTRIES", 3)
-    bj.clear_caches()
-    for i in range(5):
-        _compile.cached("test", i, lambda i=i: i)
-    assert cache_size() == 3
-    assert _compile.cached("test", 4, lambda: "rebuilt") == 4  # kept: the most recent
-    assert _compile.cached("test", 0, lambda: "rebuilt") == "rebuilt"  # dropped: the oldest
-
-
-def test_relaxed_gradients_finite_nonzero(getkey):
-    n = 3
-    case = first(random_chain_cases(getkey(), n, num_cases=1))
-    structure = bj.discover(chain_pipeline, case)
-    world = bj.World(key=getkey())
-
-    def blame_of_last(tables):
-        c = dict(case, tables=tables)
-        v = bj.coalitions.coalition_values(chain_pipeline, structure, c, world, range(n), [1] * n, bj.Relaxed(0.5))
-        return bj.attribute(v, interactions=False).shapley[-1]
-
-    grads = jax.jit(jax.grad(blame_of_last))(case["tables"])
-    fix_grads = [np.asarray(g[1]) for g in grads]  # variant 1 = the fix
-    assert all(np.isfinite(g).all() for g in fix_grads)
-    assert max(np.abs(g).max() for g in fix_grads) > 1e-4
-
-
-def test_relaxed_approaches_hard(getkey):
-    n = 3
-    case = first(random_chain_cases(getkey(), n, num_cases=1))
-    structure = bj.discover(chain_pipeline, case)
-    world = bj.World(key=getkey())
-    hard = bj.coalitions.coalition_values(chain_pipeline, structure, case, world, range(n), [1] * n)
-    soft = bj.coalitions.coalition_values(chain_pipeline, structure, case, world, range(n), [1] * n, bj.Relaxed(1e-3))
-    np.testing.assert_allclose(soft, hard, atol=1e-3)
-
-
 # -- bad input ---------------------------------------------------------------------------
-
-
-def test_error_wrong_table_shape():
-    def pipeline(ctx, case):
-        a = ctx.choose("a", case["a"])
-        b = ctx.choose("b", case["b"], given=a)
-        return b.take(jnp.ones(3))
-
-    cases = dict(a=jnp.zeros((2, 2, 4)), b=jnp.zeros((2, 2, 5, 3)))
-    with pytest.raises(ValueError, match="step 'b' have 5 rows on parent axis 0 but the parent choice has 4 options"):
-        bj.exact_blame(pipeline, cases, bj.recorded_worlds(0, 2))
-    cases = dict(a=jnp.zeros((2, 2, 4)), b=jnp.zeros((2, 2, 3)))
-    with pytest.raises(ValueError, match=r"logits of step 'b' must have shape \[V, K_parent0, K\]"):
-        bj.exact_blame(pipeline, cases, bj.recorded_worlds(0, 2))
-
-
-def test_error_nan_logits(getkey):
-    cases = random_chain_cases(getkey(), 3, num_cases=2)
-    cases["tables"][1] = cases["tables"][1].at[1, 0, 2, 1].set(jnp.nan)
-    with pytest.raises(ValueError, match=r"\['tables'\]\[1\]` contains NaN \(first at index \[1, 0, 2, 1\]\)"):
-        bj.exact_blame(chain_pipeline, cases, bj.recorded_worlds(0, 2))
 
 
 def test_error_unknown_step_and_fix(getkey):
@@ -252,29 +125,6 @@ def test_error_score_out_of_range(getkey):
     cases = random_chain_cases(getkey(), 3, num_cases=2)
     with pytest.raises(ValueError, match=r"outside the declared `score_range` \(0.0, 0.1\)"):
         bj.exact_blame(chain_pipeline, cases, bj.recorded_worlds(0, 2), score_range=(0.0, 0.1))
-
-
-def test_error_pipeline_returns_vector():
-    def pipeline(ctx, case):
-        a = ctx.choose("a", case["a"])
-        return jnp.stack([a.index, a.index]).astype(jnp.float32)
-
-    with pytest.raises(ValueError, match=r"must return a scalar score, got an output of shape \(2,\)"):
-        bj.exact_blame(pipeline, dict(a=jnp.zeros((1, 2, 3))), bj.recorded_worlds(0, 1))
-
-
-def test_error_same_slot_twice():
-    def pipeline(ctx, case):
-        ctx.choose("a", case["a"])
-        return ctx.choose("a", case["a"]).take(jnp.ones(3))
-
-    with pytest.raises(ValueError, match="step 'a' draws twice in slot 0"):
-        bj.exact_blame(pipeline, dict(a=jnp.zeros((1, 2, 3))), bj.recorded_worlds(0, 1))
-
-
-def test_error_bad_tau():
-    with pytest.raises(ValueError, match="`tau` must be a positive scalar temperature, got 0.0"):
-        bj.Relaxed(tau=0.0)
 
 
 _SHARDED_SCRIPT = """

@@ -673,20 +673,3 @@ def test_table_mentions_rule_and_budget():
     assert f"{int(result.evaluations[0])} evaluations" in text
 
 
-@pytest.mark.slow
-def test_demo_agent8_command(capsys):
-    """The `agent8` demo runs and prints every part the issue asks for (slow: it compiles
-    exact blame, Monte Carlo and the coalition tables of two demos)."""
-    from blamejax._cli import main
-
-    assert main(["demo", "agent8", "--cases", "30"]) == 0
-    out = capsys.readouterr().out
-    for text in (
-        "Exact Shapley values (all 256 coalitions)",
-        "MC estimate",
-        "stopped after",
-        "Largest |MC - exact| over the steps",
-        "Antithetic pairs",
-        "agent8",
-    ):
-        assert text in out

@@ -11,7 +11,11 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 import pytest
-from helpers import first
+from helpers import (
+    chain_pipeline,
+    first,
+    random_chain_cases,
+)
 
 import blamejax as bj
 
@@ -130,3 +134,47 @@ def test_neg_inf_in_unreached_row_relaxed_gradient_is_finite():
         for name, g in grads.items():
             assert np.all(np.isfinite(np.asarray(g))), (row, name)
         assert any(np.any(np.asarray(g) != 0) for g in grads.values())
+
+
+def test_error_wrong_table_shape():
+    def pipeline(ctx, case):
+        a = ctx.choose("a", case["a"])
+        b = ctx.choose("b", case["b"], given=a)
+        return b.take(jnp.ones(3))
+
+    cases = dict(a=jnp.zeros((2, 2, 4)), b=jnp.zeros((2, 2, 5, 3)))
+    with pytest.raises(ValueError, match="step 'b' have 5 rows on parent axis 0 but the parent choice has 4 options"):
+        bj.exact_blame(pipeline, cases, bj.recorded_worlds(0, 2))
+    cases = dict(a=jnp.zeros((2, 2, 4)), b=jnp.zeros((2, 2, 3)))
+    with pytest.raises(ValueError, match=r"logits of step 'b' must have shape \[V, K_parent0, K\]"):
+        bj.exact_blame(pipeline, cases, bj.recorded_worlds(0, 2))
+
+
+def test_error_nan_logits(getkey):
+    cases = random_chain_cases(getkey(), 3, num_cases=2)
+    cases["tables"][1] = cases["tables"][1].at[1, 0, 2, 1].set(jnp.nan)
+    with pytest.raises(ValueError, match=r"\['tables'\]\[1\]` contains NaN \(first at index \[1, 0, 2, 1\]\)"):
+        bj.exact_blame(chain_pipeline, cases, bj.recorded_worlds(0, 2))
+
+
+def test_error_pipeline_returns_vector():
+    def pipeline(ctx, case):
+        a = ctx.choose("a", case["a"])
+        return jnp.stack([a.index, a.index]).astype(jnp.float32)
+
+    with pytest.raises(ValueError, match=r"must return a scalar score, got an output of shape \(2,\)"):
+        bj.exact_blame(pipeline, dict(a=jnp.zeros((1, 2, 3))), bj.recorded_worlds(0, 1))
+
+
+def test_error_same_slot_twice():
+    def pipeline(ctx, case):
+        ctx.choose("a", case["a"])
+        return ctx.choose("a", case["a"]).take(jnp.ones(3))
+
+    with pytest.raises(ValueError, match="step 'a' draws twice in slot 0"):
+        bj.exact_blame(pipeline, dict(a=jnp.zeros((1, 2, 3))), bj.recorded_worlds(0, 1))
+
+
+def test_error_bad_tau():
+    with pytest.raises(ValueError, match="`tau` must be a positive scalar temperature, got 0.0"):
+        bj.Relaxed(tau=0.0)

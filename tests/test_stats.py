@@ -160,3 +160,59 @@ def test_point_of_commitment_rule():
     low = np.array([[0.1, 0.2, -0.1], [-0.1, -0.2, -0.3], [-0.5, 0.0, -0.1]])
     high = np.array([[0.3, 0.4, 0.1], [0.1, 0.2, 0.3], [-0.1, 0.2, 0.1]])
     np.testing.assert_array_equal(bj.stats.point_of_commitment(low, high), [1, -1, 0])
+
+
+@pytest.mark.parametrize("rule", ["bernstein", "normal"])
+def test_checkpoints_decided_at_once_equal_one_at_a_time(rule):
+    """`top_separated_at` (running sums, every checkpoint at once) makes the decision of
+    `checkpoint_interval` on `values[:t]` at every checkpoint (t >= 2; t = 1 never separates)."""
+    rng = np.random.default_rng(7)
+    decisions = []
+    for trial in range(20):
+        n = int(rng.integers(1, 5))
+        values = rng.normal(rng.normal(size=n) * 0.3, 0.2, size=(80, n)).clip(-1, 1)
+        marks = (1,) + bj.stats.checkpoints(2 + trial % 3, 1.3, 80)  # t = 1: a batch of one failure
+        ks = np.arange(1, len(marks) + 1)
+        at_once = bj.stats._across_failures.top_separated_at(values, marks, ks, rule, 0.1, 2.0)
+        one_by_one = [t >= 2 and bj.stats.checkpoint_interval(values[:t], k, rule, 0.1, 2.0)[3] for k, t in zip(ks, marks)]
+        np.testing.assert_array_equal(at_once, one_by_one)
+        decisions += one_by_one
+    assert 0 < sum(decisions) < len(decisions)  # both outcomes occur: the comparison is not vacuous
+
+
+def test_stopping_rule_coverage():
+    """δ = 0.1, 1000 seeded streams with known means; a miss = any step's interval at any
+    checkpoint up to stopping excludes the true mean. Fails iff misses > 137 (the 1 - 1e-4
+    quantile of Binomial(1000, 0.1)). The uncorrected normal rule (level δ at every look, no
+    union bound) must fail the same test: the negative control."""
+    rng = np.random.default_rng(2024)
+    n, budget = 3, 60
+    # Skewed per-failure values in [-1, 1]: step 0 is large and rare, others small.
+    probs = np.array([0.04, 0.3, 0.5])
+    heights = np.array([1.0, 0.2, 0.1])
+    truth = probs * heights
+    marks = bj.stats.checkpoints(2, 1.5, budget)
+
+    def misses(rule, corrected):
+        count = 0
+        for _ in range(1000):
+            values = (rng.random((budget, n)) < probs) * heights
+            missed = False
+            for k, t in enumerate(marks, start=1):
+                if corrected:
+                    mean, lo, hi, sep = bj.stats.checkpoint_interval(values[:t], k, rule, 0.1, 2.0)
+                else:
+                    mean = values[:t].mean(0)
+                    r = bj.stats.normal_radius(t, values[:t].var(0, ddof=1), 0.1)
+                    lo, hi = mean - r, mean + r
+                    sep = bj.stats._across_failures._top_separated(mean, lo, hi)
+                if np.any((truth < lo) | (truth > hi)):
+                    missed = True
+                    break
+                if sep:
+                    break
+            count += missed
+        return count
+
+    assert misses("bernstein", corrected=True) <= 137
+    assert misses(None, corrected=False) > 137
