@@ -133,9 +133,17 @@ def check_mode(mode):
     )
 
 
-def check_scores_in_range(low: float, high: float, score_range) -> None:
-    """The lowest and highest score a pipeline returned must lie in the declared range."""
+def check_scores_in_range(low: float, high: float, score_range, explain=None) -> None:
+    """The lowest and highest score a pipeline returned must lie in the declared range, and be
+    numbers: a NaN score (a draw with no valid option, or the pipeline's own arithmetic) is
+    an error, never a pass. `explain()`, called only then, says where the NaN came from."""
     low_decl, high_decl = score_range
+    if np.isnan(low) or np.isnan(high):
+        where = explain() if explain is not None else ""
+        raise ValueError(
+            "the pipeline returned a NaN score" + (f": {where}" if where else "") + "; every "
+            "draw needs at least one finite logit, and the score must be a number"
+        )
     if float(low) < low_decl or float(high) > high_decl:
         raise ValueError(
             f"the pipeline returned scores in [{float(low)}, {float(high)}], outside the declared "

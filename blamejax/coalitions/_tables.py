@@ -180,3 +180,34 @@ def _subjaxprs(params):
             yield value
         elif hasattr(value, "jaxpr") and hasattr(value.jaxpr, "eqns"):
             yield value.jaxpr
+
+
+def explain_nan_score(pipeline: Callable, structure: Structure, case, world: World, players, fix_variants, mode=Hard()) -> str:
+    """Where a NaN score of one failure in one world comes from, in words: the first coalition
+    (the empty one, the full one, each player alone, then, for up to 12 players, every one)
+    whose run scores NaN, and the draw in it that had no valid option, if any. For error
+    messages; runs eagerly on one failure."""
+    players = tuple(players)
+    n = len(players)
+    masks = [np.zeros(n, bool), np.ones(n, bool)] + [np.eye(n, dtype=bool)[i] for i in range(n)]
+    if n <= 12:
+        masks += [np.array([(m >> i) & 1 for i in range(n)], bool) for m in range(1 << n)]
+    traces = jax.vmap(
+        lambda mask: trace_run(pipeline, structure, case, world, mask_plan(structure, players, fix_variants, mask), mode)
+    )(jnp.asarray(np.stack(masks)))
+    scores, invalid = np.asarray(traces["score"]), np.asarray(traces["invalid"])
+    bad = np.flatnonzero(np.isnan(scores))
+    if bad.size == 0:
+        return "no coalition searched scores NaN here"
+    m = int(bad[0])
+    fixed = [structure.steps[p] for p, on in zip(players, masks[m]) if on]
+    coalition = "{" + ", ".join(fixed) + "}" if fixed else "the empty coalition (the failed run)"
+    sites = np.flatnonzero(invalid[m])
+    if sites.size == 0:
+        return f"the pipeline's own score is NaN in coalition {coalition}"
+    site = structure.sites[int(sites[0])]
+    draw = f"step {site.step!r}" + (f" (slot {site.slot})" if site.slot else "")
+    return (
+        f"{draw} drew from logits with no valid option (every logit -inf, or NaN/+inf) in "
+        f"coalition {coalition}"
+    )

@@ -34,7 +34,7 @@ from ..noise import world_key
 from ..pipeline import Hard, World, check_finite_logits, trace_run
 from ..stats import INTERVAL_RULES, checkpoint_interval, checkpoints, top_separated_at
 from ..worlds import fresh_worlds, inferred_worlds, recorded_worlds
-from ._exact import exact_run, take_rows
+from ._exact import exact_run, explain_nan, take_rows
 from ._mc import mc_shapley_fixed
 
 NOISE_MODES = {
@@ -82,6 +82,7 @@ class BatchFront(NamedTuple):
 class BatchState(NamedTuple):
     """Where the stream of failures stands."""
 
+    case_ids: np.ndarray  # shape=(A,), the case index of each failure to analyse
     cases: object  # the failures' cases, shape=(A, ...), in visiting order
     worlds: World  # their worlds, key shape=(A, W)
     fixed_choices: object  # shape=(A, sites), the choices of each failure's fully fixed run
@@ -211,6 +212,13 @@ def _batch_front(settings: BatchSettings, cases, max_failures) -> BatchFront:
     num_cases = leading_size(cases)
     recorded, scores, choices = _front_function(game.pipeline, game.structure, game.mode)(cases, settings.key)
     scores, choices = np.asarray(scores), np.asarray(choices)
+    nan = np.isnan(scores)  # never a pass, never a failure to blame: an error
+    check_scores_in_range(
+        np.min(scores),
+        np.max(scores),
+        game.score_range,
+        lambda: explain_nan(game, cases, recorded, nan, np.arange(nan.size)),
+    )
     failed = np.flatnonzero(scores < settings.threshold)
     failed = failed[np.asarray(_visit_order(settings.key, failed.size))]
     if max_failures is not None:
@@ -241,6 +249,7 @@ def _batch_init(settings: BatchSettings, front: BatchFront, cases) -> BatchState
     else:
         marks = (size,)
     return BatchState(
+        case_ids=failed,
         cases=failed_cases,
         worlds=worlds,
         fixed_choices=fixed_choices,
@@ -266,7 +275,7 @@ def _batch_step(settings: BatchSettings, state: BatchState) -> BatchState:
         block_cases, block_worlds = state.cases, state.worlds
     else:
         block_cases, block_worlds = take_rows((state.cases, state.worlds), jnp.asarray(rows, jnp.int32))
-    block = _analyse(settings, block_cases, block_worlds, state.start)
+    block = _analyse(settings, block_cases, block_worlds, state.start, state.case_ids[rows])
     evaluations = state.evaluations + block.pop("evaluations")
     blocks = state.blocks + (block,)
     start = int(rows[-1]) + 1
@@ -362,13 +371,15 @@ def _worlds(settings: BatchSettings, sub_cases, ids, choices) -> World:
     return inferred_worlds(pipeline, sub_cases, obs, jr.fold_in(key, 0xABD), num_worlds, case_ids=ids)
 
 
-def _analyse(settings: BatchSettings, cases, worlds, start: int) -> dict:
+def _analyse(settings: BatchSettings, cases, worlds, start: int, case_ids) -> dict:
     """Per-failure values of one block: host arrays (float64), and the evaluations spent."""
     game = settings.game
     n = game.num_players
     num_f, num_w = worlds.key.shape
     if settings.estimator == "exact":
-        result, resolve = exact_run(game, cases, worlds, max_steps=max(n, 20), threshold=settings.threshold)
+        result, resolve = exact_run(
+            game, cases, worlds, max_steps=max(n, 20), threshold=settings.threshold, case_ids=case_ids
+        )
         out = jax.device_get(
             dict(shapley=result.shapley, total=result.total, empty=result.empty, full=result.full,
                  last_step=result.last_step, resolve=resolve)
@@ -377,8 +388,13 @@ def _analyse(settings: BatchSettings, cases, worlds, start: int) -> dict:
         return dict(out, evaluations=num_f * num_w * (1 << n))
     key = jr.fold_in(settings.key, start)
     function = _mc_function(game, settings.num_permutations)
-    estimate, empty, full, last, resolve = function(cases, worlds, key, settings.threshold)
-    check_scores_in_range(np.min(empty), np.max(full), game.score_range)
+    estimate, empty, full, last, resolve, low, high = function(cases, worlds, key, settings.threshold)
+    check_scores_in_range(
+        float(np.min(low)),
+        float(np.max(high)),
+        game.score_range,
+        lambda: explain_nan(game, cases, worlds, np.isnan(np.asarray(estimate.values)).any(axis=1), case_ids),
+    )
     return dict(
         shapley=np.asarray(estimate.values, np.float64),
         total=np.asarray(full - empty, np.float64),
@@ -404,7 +420,9 @@ def _mc_function(game: Game, num_permutations: int):
         v = jax.vmap(lambda w: mask_values(pipeline, structure, case, w, players, variants, masks, mode))(worlds)
         last = jax.vmap(lambda w: last_step_blame(pipeline, structure, case, w, players, variants, mode))(worlds)
         resolve = (v[:, 2:] >= threshold).mean(axis=0)  # [n]: each player's fix alone
-        return estimate, v[:, 0].mean(), v[:, 1].mean(), last, resolve
+        low = jnp.minimum(estimate.low, v.min())  # every score computed, for the range check
+        high = jnp.maximum(estimate.high, v.max())
+        return estimate, v[:, 0].mean(), v[:, 1].mean(), last, resolve, low, high
 
     def batch(cases, worlds, key, threshold):
         num = worlds.key.shape[0]

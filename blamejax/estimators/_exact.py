@@ -20,7 +20,7 @@ from jaxtyping import Array, Float, Int
 from .._checks import check_scores_in_range, check_worlds, leading_size
 from .._compile import compiled, note_trace
 from .._game import Game, make_game
-from ..coalitions import coalition_values, last_step_blame
+from ..coalitions import coalition_values, explain_nan_score, last_step_blame
 from ..pipeline import Hard, World, check_finite_logits, world_noise
 from ..reduction import attribute
 from ..report import number, step_rows
@@ -271,7 +271,16 @@ def exact_blame(
 
 
 def exact_run(
-    game: Game, cases, worlds: World, *, interactions=False, max_steps=DEFAULT_MAX_STEPS, chunk_size=None, devices=None, threshold=None
+    game: Game,
+    cases,
+    worlds: World,
+    *,
+    interactions=False,
+    max_steps=DEFAULT_MAX_STEPS,
+    chunk_size=None,
+    devices=None,
+    threshold=None,
+    case_ids=None,
 ):
     """`exact_blame` of a checked `game`, and (for `blame_batch`) with `threshold` given, the
     share of worlds in which fixing each player alone reaches it, `[F, n]`, from the same
@@ -323,11 +332,16 @@ def exact_run(
     stats = np.asarray(stats[0])[None] if len(stats) == 1 else np.stack([np.asarray(x) for x in stats])
     if stats[:, 2].any():
         check_finite_logits(cases)  # raises, naming the leaf and the index
-    check_scores_in_range(stats[:, 0].min(), stats[:, 1].max(), game.score_range)
     if len(pieces) == 1 and pieces[0][1].shape[0] == num_failures:
         attribution, last, resolve, _ = pieces[0]
     else:
         attribution, last, resolve = _join(tuple(p[:3] for p in pieces), tuple(p[3] for p in pieces))
+    check_scores_in_range(
+        stats[:, 0].min(),
+        stats[:, 1].max(),
+        game.score_range,
+        lambda: explain_nan(game, cases, worlds, np.isnan(np.asarray(attribution.shapley)).any(axis=1), case_ids),
+    )
     result = ExactResult(
         steps=game.steps,
         shapley=attribution.shapley,
@@ -343,3 +357,21 @@ def exact_run(
     return result, (None if threshold is None else resolve)
 
 
+
+
+def explain_nan(game: Game, cases, worlds: World, suspects, case_ids=None) -> str:
+    """Which failure, world, coalition and step gave a NaN score (for the error message):
+    the first failure among `suspects` (a boolean mask, or all failures when it is empty)
+    for which a search of its coalitions finds one."""
+    suspects = np.asarray(suspects, bool)
+    order = np.flatnonzero(suspects) if suspects.any() else np.arange(suspects.size)
+    num_worlds = worlds.key.shape[1]
+    for f in order[:8]:  # a few failures are enough to explain
+        case = jax.tree_util.tree_map(lambda x: x[f], cases)
+        for w in range(num_worlds):
+            world = jax.tree_util.tree_map(lambda x: x[f, w], worlds)
+            words = explain_nan_score(game.pipeline, game.structure, case, world, game.players, game.fixes, game.mode)
+            if not words.startswith("no coalition"):
+                who = f"failure {int(f)}" if case_ids is None else f"case {int(case_ids[f])}"
+                return f"{who}, world {w}: {words}"
+    return "the failing coalition was not found by a bounded search"

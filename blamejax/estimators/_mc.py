@@ -60,7 +60,7 @@ from ..stats import (
     top1_separated,
     widths_below,
 )
-from ._exact import take_rows
+from ._exact import explain_nan, take_rows
 
 _PERM_TAG = 0x5045524D  # "PERM": keeps the order stream apart from the noise streams
 
@@ -184,10 +184,14 @@ class MCEstimate(NamedTuple):
     - `values`: `Float[Array, "n"]`, the mean marginal contribution of each step (sums to
       `v(all) - v(empty)` up to float rounding).
     - `variance`: `Float[Array, "n"]`, the sample variance of one sample (t - 1 denominator).
+    - `low`, `high`: `Float[Array, ""]`, the lowest and highest score of any coalition
+      scored (NaN if any score was NaN): checked against the declared score range.
     """
 
     values: Float[Array, " n"]
     variance: Float[Array, " n"]
+    low: Float[Array, ""] | None = None  # the lowest score of any coalition scored
+    high: Float[Array, ""] | None = None  # the highest
 
 
 def mc_shapley_fixed(
@@ -237,16 +241,19 @@ def mc_shapley_fixed(
         raise ValueError(f"`worlds.key` must have shape [W] (one failure), got {worlds.key.shape}")
     noises = jax.vmap(lambda w: world_noise(structure, w))(worlds)
     score = _scorer(pipeline, structure, case, worlds, noises, players, fix_variants, mode)
-    empty, full, _, _ = _ends(score, n)
+    empty, full, end_low, end_high = _ends(score, n)
     seed = order_seed(key)
 
     def body(carry, p):
+        low, high = carry
         ranks = _ranks(seed, p[None], n)
-        marginals, _, _ = _samples(score, ranks, empty, full, antithetic)
-        return carry, marginals[0]
+        marginals, lo, hi = _samples(score, ranks, empty, full, antithetic)
+        return (jnp.minimum(low, lo), jnp.maximum(high, hi)), marginals[0]
 
-    _, xs = jax.lax.scan(body, None, jnp.arange(int(num_samples), dtype=jnp.int32))
-    return MCEstimate(values=xs.mean(axis=0), variance=xs.var(axis=0, ddof=1))
+    (low, high), xs = jax.lax.scan(
+        body, (end_low, end_high), jnp.arange(int(num_samples), dtype=jnp.int32)
+    )
+    return MCEstimate(values=xs.mean(axis=0), variance=xs.var(axis=0, ddof=1), low=low, high=high)
 
 
 # --------------------------------------------------------------------------------------
@@ -698,7 +705,12 @@ def _mc_step(settings: MCSettings, advance, state: MCState, cases, worlds, k: in
         diff = chunk_mean - mean[part]
         mean[part] += diff * steps_now / (t_old + steps_now)
         m2[part] += chunk_m2 + diff**2 * t_old * steps_now / (t_old + steps_now)
-    check_scores_in_range(min(lows), max(highs), settings.game.score_range)
+    check_scores_in_range(
+        np.min(lows),
+        np.max(highs),
+        settings.game.score_range,
+        lambda: explain_nan(settings.game, cases, worlds, np.isnan(mean).any(axis=1) | np.isnan(empty) | np.isnan(full)),
+    )
     count[active] = t_k
     state.evaluations[active] += steps_now * settings.unit_cost
     variance = m2[active] / (t_k - 1)

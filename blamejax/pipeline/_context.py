@@ -198,6 +198,7 @@ class Context:
         self.world = world
         self.mode = mode
         self.record = record  # a dict filled by `trace_run`, else None
+        self.invalid = None  # Bool[Array, ""] once a draw is made: some draw had no valid option
         # The addressed Gumbels of every site, [sites, K_max]: computed once per world.
         self.noise = world_noise(structure, world) if noise is None else noise
 
@@ -253,24 +254,33 @@ class Context:
             else:
                 index = _free_hard_step(logits, noise, variant, step)
             probs = None
+            invalid = index < 0  # a row with no valid option (see `hard_argmax`)
+            index = jnp.maximum(index, 0)
         else:
             probs = _relaxed_probs(logits, noise, variant, parents, self.mode)
             index = jnp.argmax(probs).astype(jnp.int32)
+            row = _seen_logits(logits, variant, parents)
+            invalid = _invalid_rows(row, row + noise.astype(row.dtype))
         forced = step_plan.forced
         if self.plan.forced_sites is not None:
             site_forced = self.plan.forced_sites[site_index]
             forced = jnp.where(site_forced >= 0, site_forced, forced)
         if _is_active(forced, lambda x: x >= 0):
             index = jnp.where(forced >= 0, forced, index).astype(jnp.int32)
+            invalid = invalid & (forced < 0)  # a forced option needs no valid row
             if probs is not None:
                 hot = jax.nn.one_hot(forced, site.num_options, dtype=probs.dtype)
                 probs = jnp.where(forced >= 0, hot, probs)
+        # A draw with no valid option makes the run's score NaN (`run_score`), which every
+        # estimator refuses with an error naming the failure, the step and the plan.
+        self.invalid = invalid if self.invalid is None else self.invalid | invalid
         if self.record is not None:
             self.record[("site", site_index)] = dict(
                 logits=_seen_logits(logits, variant, parents),
                 noise=noise,
                 choice=index,
                 variant=jnp.asarray(variant, jnp.int32),
+                invalid=invalid,
             )
         return Choice(index=index, probs=probs, num_options=site.num_options)
 
@@ -318,9 +328,19 @@ _HARD_GRADIENT_MESSAGE = (
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
 def hard_argmax(logits, noise, step: str = "?"):
-    """`argmax(logits + noise)` over the last axis, as int32. Differentiating it with respect
-    to the logits raises a `ValueError` that explains how to get a useful gradient."""
-    return jnp.argmax(logits + _lift(noise, logits), axis=-1).astype(jnp.int32)
+    """`argmax(logits + noise)` over the last axis, as int32, or -1 for a row with no valid
+    option (every logit `-inf`, or a NaN or `+inf` anywhere: `jnp.argmax` would pick an option
+    from it silently). Differentiating it with respect to the logits raises a `ValueError`
+    that explains how to get a useful gradient."""
+    perturbed = logits + _lift(noise, logits)
+    best = jnp.argmax(perturbed, axis=-1).astype(jnp.int32)
+    return jnp.where(_invalid_rows(logits, perturbed), jnp.int32(-1), best)
+
+
+def _invalid_rows(logits, perturbed):
+    """Rows (last axis) from which no option can be drawn: all `-inf`, or NaN or `+inf`."""
+    bad = jnp.isnan(perturbed) | jnp.isposinf(logits)
+    return jnp.any(bad, axis=-1) | jnp.all(jnp.isneginf(logits), axis=-1)
 
 
 @hard_argmax.defjvp

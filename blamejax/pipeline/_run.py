@@ -19,7 +19,15 @@ def run_score(pipeline: Callable, structure: Structure, case, world: World, plan
     """The score of one run: one case, one world, one plan. Returns a float scalar.
     `noise` is the world's site noise if already computed (see `world_noise`)."""
     ctx = Context(structure, plan, world, mode, noise=noise)
-    return jnp.asarray(pipeline(ctx, case), dtype=jnp.result_type(float))
+    return _score(ctx, pipeline(ctx, case))
+
+
+def _score(ctx: Context, score):
+    """The pipeline's score as a float, NaN when some draw had no valid option."""
+    score = jnp.asarray(score, dtype=jnp.result_type(float))
+    if ctx.invalid is None:
+        return score
+    return jnp.where(ctx.invalid, jnp.nan, score)
 
 
 def plan_values(pipeline: Callable, structure: Structure, case, world: World, plans: Plan, mode=Hard()):
@@ -38,6 +46,8 @@ def trace_run(
     - `"score"`: the run's score;
     - `"choice"`: `Int[Array, "sites"]`, the option chosen at each site (`Structure.sites` order);
     - `"variant"`: `Int[Array, "sites"]`, the variant each site ran;
+    - `"invalid"`: `Bool[Array, "sites"]`, whether a site drew from a row with no valid
+      option (all `-inf`, or NaN/`+inf`; the score is then NaN);
     - `"logits"`, `"noise"`: tuples (one `[K]` array per site), the logits row the draw saw
       and the Gumbels added to it;
     - `"values"`: tuple of the deterministic sites' values.
@@ -46,7 +56,7 @@ def trace_run(
         plan = factual_plan(structure)
     record: dict = {}
     ctx = Context(structure, plan, world, mode, record=record, noise=noise)
-    score = jnp.asarray(pipeline(ctx, case), dtype=jnp.result_type(float))
+    score = _score(ctx, pipeline(ctx, case))
     num_sites = len(structure.sites)
     missing = [structure.sites[i] for i in range(num_sites) if ("site", i) not in record]
     if missing:
@@ -59,6 +69,7 @@ def trace_run(
         score=score,
         choice=jnp.stack([s["choice"] for s in sites]),
         variant=jnp.stack([s["variant"] for s in sites]),
+        invalid=jnp.stack([jnp.asarray(s["invalid"]) for s in sites]),
         logits=tuple(s["logits"] for s in sites),
         noise=tuple(s["noise"] for s in sites),
         values=tuple(record[("value", i)] for i in range(len(structure.values))),

@@ -82,6 +82,7 @@ def compare_methods(
     per failure; `RuntimeError` when two computations of the same quantity disagree.
 
     ```python
+    # doctest: slow (compiles the injection screen, about 10 s)
     from blamejax import scm
     model = scm.make_scm(0, num_steps=6)
     failures = scm.inject_errors(1, model, 50)

@@ -113,10 +113,11 @@ def multi_culprit_cases(
     index beyond n.
 
     ```python
+    # doctest: slow (compiles the case generator and exact blame, about 8 s)
     import blamejax as bj
     from blamejax import scm
-    model = scm.make_scm(0, num_steps=6)
-    cases = scm.multi_culprit_cases(0, model, 50, num_culprits=2, kind="disjunctive")
+    model = scm.make_scm(0, num_steps=4)
+    cases = scm.multi_culprit_cases(0, model, 20, num_culprits=2, kind="disjunctive")
     result = bj.exact_blame(cases.pipeline, cases.cases, cases.worlds)
     # result.shapley equals cases.analytic_shapley: 0.5 on both culprits, 0 elsewhere
     ```

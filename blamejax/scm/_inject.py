@@ -186,6 +186,7 @@ def inject_errors(
     injections were kept within `max_candidates`.
 
     ```python
+    # doctest: slow (compiles the injection screen, about 10 s)
     from blamejax import scm
     model = scm.make_scm(0, num_steps=6)
     failures = scm.inject_errors(1, model, 50)

@@ -193,6 +193,7 @@ def make_scm(
     topology, a probability out of its range.
 
     ```python
+    # doctest: slow (compiles the injection screen, about 10 s)
     import blamejax as bj
     from blamejax import scm
     model = scm.make_scm(0, num_steps=6, num_options=4, noise=0.1)

@@ -53,9 +53,9 @@ def replay_fidelity(pipeline: Callable, cases, worlds, observed) -> ReplayFideli
 
     ```python
     import blamejax as bj
-    pipeline, cases = bj.demos.refund_pipeline, bj.demos.refund_cases(4)
-    record = bj.replay(pipeline, cases, bj.recorded_worlds(0, 4))["choice"][:, 0]
-    assert bj.worlds.replay_fidelity(pipeline, cases, bj.recorded_worlds(0, 4), record).rate == 1.0
+    pipeline, cases = bj.demos.refund_pipeline, bj.demos.refund_cases(8)
+    record = bj.replay(pipeline, cases, bj.recorded_worlds(0, 8))["choice"][:, 0]
+    assert bj.worlds.replay_fidelity(pipeline, cases, bj.recorded_worlds(0, 8), record).rate == 1.0
     ```
     """
     num_cases = leading_size(cases)
