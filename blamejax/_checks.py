@@ -14,6 +14,13 @@ from .pipeline import Hard, Relaxed, Structure, World
 
 
 def leading_size(cases) -> int:
+    """The number of cases F: every array of `cases` must have the same leading axis."""
+    if isinstance(cases, (list, tuple)) and cases and all(isinstance(c, dict) for c in cases):
+        raise TypeError(
+            f"`cases` must be one pytree whose arrays have a leading case axis, got a "
+            f"{type(cases).__name__} of {len(cases)} per-case dicts; stack them first: "
+            "jax.tree_util.tree_map(lambda *xs: numpy.stack(xs), *cases)"
+        )
     leaves = jax.tree_util.tree_leaves(cases)
     if not leaves:
         raise ValueError("`cases` is empty: it must be a pytree of arrays with a leading failure axis")
@@ -77,6 +84,11 @@ def resolve_players(structure: Structure, steps, fixes) -> tuple[tuple[int, ...]
         if isinstance(steps, str) or not all(isinstance(s, str) for s in steps):
             raise TypeError(f"`steps` must be a sequence of step names, got {steps!r}")
         names = list(steps)
+        if not names:
+            raise ValueError(
+                f"`steps` is empty; name at least one of this pipeline's steps {list(structure.steps)}, "
+                "or pass None for all of them"
+            )
         if len(set(names)) != len(names):
             raise ValueError(f"`steps` lists a step twice: {names}")
     players = tuple(structure.step_index(s) for s in names)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 import jax
 import numpy as np
@@ -77,6 +76,13 @@ def _fit(args) -> int:
 
 DEMOS = {"refund": _refund, "car": _car, "agent8": _agent8, "rag": _rag, "fit": _fit, "stopping": _stopping}
 DEFAULT_CASES = {"refund": 20, "car": 200, "agent8": 200, "rag": 200, "fit": 400, "stopping": 3000}
+# The most cases each demo accepts: every case's tables (and, for the batch demos, its
+# coalition tables in the compiled chunks) are held in memory at once.
+MAX_CASES = {"refund": 100_000, "car": 100_000, "agent8": 100_000, "rag": 100_000, "fit": 100_000, "stopping": 100_000}
+# The optional flags, their defaults, and which demo uses which.
+OPTIONAL_FLAGS = {"out": None, "noise": "all", "worlds": 8, "estimator": "auto", "permutations": 64, "skip_noise_sharing": False, "no_progress": False}
+_RAG_FLAGS = {"out", "noise", "worlds", "estimator", "permutations", "skip_noise_sharing", "no_progress"}
+DEMO_FLAGS = {"refund": set(), "car": set(), "agent8": set(), "rag": _RAG_FLAGS, "fit": {"out"}, "stopping": {"no_progress"}}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -87,28 +93,54 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="run a built-in demo and print its blame table")
     demo.add_argument("name", choices=sorted(DEMOS), help="which demo to run")
-    demo.add_argument("--seed", type=int, default=0, help="root seed of the recorded noise (default 0)")
+    demo.add_argument("--seed", type=_seed, default=0, help="root seed of the recorded noise, in [0, 2**32) (default 0)")
     demo.add_argument("--cases", type=int, default=None, help="number of cases to run (default: refund 20, rag 200, agent8 200, car 200, fit 400, stopping 3000)")
     demo.add_argument("--out", default=None, help="folder for the reports of `rag` and `fit` (default blamejax-out/NAME)")
-    demo.add_argument("--noise", default="all", choices=["all", "recorded", "inferred", "fresh"], help="noise mode(s) for `rag` (default all three)")
-    demo.add_argument("--worlds", type=int, default=8, help="worlds per failure for inferred and fresh noise (default 8)")
-    demo.add_argument("--estimator", default="auto", choices=["auto", "exact", "mc"], help="per-failure estimator for `rag` (default auto: exact up to 14 steps)")
-    demo.add_argument("--permutations", type=int, default=64, help="permutations per failure for Monte Carlo and the noise-sharing measurement (default 64)")
+    demo.add_argument("--noise", default=None, choices=["all", "recorded", "inferred", "fresh"], help="noise mode(s) for `rag` (default all three)")
+    demo.add_argument("--worlds", type=int, default=None, help="worlds per failure for inferred and fresh noise in `rag` (default 8)")
+    demo.add_argument("--estimator", default=None, choices=["auto", "exact", "mc"], help="per-failure estimator for `rag` (default auto: exact up to 14 steps)")
+    demo.add_argument("--permutations", type=int, default=None, help="`rag`: permutations per failure for Monte Carlo and the noise-sharing measurement (default 64)")
     demo.add_argument("--skip-noise-sharing", action="store_true", help="`rag`: skip the common-random-numbers variance measurement")
-    demo.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    demo.add_argument("--no-progress", action="store_true", help="hide progress bars (`rag`, `stopping`)")
     return parser
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.command == "demo":
+        used = DEMO_FLAGS[args.name]
+        given = [flag for flag in OPTIONAL_FLAGS if getattr(args, flag) not in (None, False)]
+        unused = [flag for flag in given if flag not in used]
+        if unused:
+            names = ", ".join("--" + flag.replace("_", "-") for flag in unused)
+            users = sorted(name for name, flags in DEMO_FLAGS.items() if set(unused) <= flags)
+            parser.error(
+                f"{names}: not used by demo {args.name!r}"
+                + (f" (used by: {', '.join(users)})" if users else "")
+            )
+        for flag, default in OPTIONAL_FLAGS.items():
+            if getattr(args, flag) is None:
+                setattr(args, flag, default)
         if args.cases is None:
             args.cases = DEFAULT_CASES[args.name]
-        if args.cases < 1:
-            print("error: --cases must be at least 1", file=sys.stderr)
-            return 2
+        if not 1 <= args.cases <= MAX_CASES[args.name]:
+            parser.error(
+                f"--cases must be in [1, {MAX_CASES[args.name]:,}] for demo {args.name!r}, got "
+                f"{args.cases:,} (each case is held in memory with its coalition tables)"
+            )
         if args.worlds < 1 or args.permutations < 2:
-            print("error: --worlds must be at least 1 and --permutations at least 2", file=sys.stderr)
-            return 2
+            parser.error("--worlds must be at least 1 and --permutations at least 2")
         return DEMOS[args.name](args)
     return 2
+
+
+def _seed(text: str) -> int:
+    """`--seed`: an int in [0, 2**32) (wider seeds would alias others)."""
+    try:
+        seed = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an int, got {text!r}") from None
+    if not 0 <= seed < 2**32:
+        raise argparse.ArgumentTypeError(f"must be in [0, 2**32), got {seed}")
+    return seed

@@ -169,8 +169,25 @@ def blame_batch(
     threshold = high if threshold is None else float(threshold)
     if not low < threshold <= high:
         raise ValueError(f"`threshold` must lie in ({low}, {high}], got {threshold}")
+    if isinstance(num_permutations, bool) or not isinstance(num_permutations, (int, np.integer)) or num_permutations < 2:
+        raise ValueError(f"`num_permutations` must be an int >= 2, got {num_permutations!r}")
+    if isinstance(first_checkpoint, bool) or not isinstance(first_checkpoint, (int, np.integer)) or first_checkpoint < 2:
+        raise ValueError(f"`first_checkpoint` must be an int >= 2 (failures), got {first_checkpoint!r}")
+    if isinstance(growth, bool) or not isinstance(growth, (int, float, np.number)) or not 1 + 1e-4 <= growth < np.inf:
+        raise ValueError(f"`growth` must be a finite number >= 1 + 1e-4 (the checkpoint growth factor), got {growth!r}")
+    if not isinstance(stop_early, bool):
+        raise TypeError(f"`stop_early` must be a bool, got {stop_early!r}")
     if max_failures is not None and (not isinstance(max_failures, int) or max_failures < 1):
         raise ValueError(f"`max_failures` must be a positive int, got {max_failures!r}")
+    if observed is not None:
+        expected = (leading_size(cases), len(game.structure.sites))
+        if noise != "inferred":
+            raise ValueError(f"`observed` is used only with noise='inferred', got noise={noise!r}")
+        if np.shape(observed) != expected:
+            raise ValueError(
+                f"`observed` must hold every case's observed option per draw site, shape "
+                f"[cases, sites] = {list(expected)}, got shape {list(np.shape(observed))}"
+            )
     if estimator == "auto":
         estimator = "exact" if game.num_players <= EXACT_AUTO_LIMIT else "mc"
     settings = BatchSettings(

@@ -326,6 +326,8 @@ def as_key(key) -> PRNGKeyArray:
     ```
     """
     if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+        if not 0 <= int(key) < 2**32:  # wider seeds would alias others (or overflow) silently
+            raise ValueError(f"`key`, an int seed, must be in [0, 2**32), got {int(key)}")
         return jr.key(int(key))
     if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
         if key.shape != ():

@@ -117,8 +117,12 @@ def _chart(result) -> str:
     n = len(result.steps)
     left, width, row = 120, 560, 64
     height = 30 + n * row
-    lo = min(0.0, float(np.nanmin(np.asarray(result.lower))))
-    hi = max(1.0, float(np.nanmax(np.asarray(result.upper))))
+    # The axis covers 0..1 (the shares and rates) and the intervals, clipped to the range a
+    # Shapley value can take, [-R, R] with R the width of the score range: an interval of
+    # few failures can be infinite.
+    reach = float(result.score_range[1] - result.score_range[0])
+    lo = min(0.0, max(-reach, float(np.nanmin(np.asarray(result.lower)))))
+    hi = max(1.0, min(reach, float(np.nanmax(np.asarray(result.upper)))))
     scale = width / (hi - lo)
 
     def x(value):
@@ -126,7 +130,7 @@ def _chart(result) -> str:
 
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + width + 40}" height="{height}" role="img" aria-label="blame per step">']
     parts.append(f'<line x1="{x(0):.1f}" y1="10" x2="{x(0):.1f}" y2="{height - 10}" stroke="#999"/>')
-    step_size = 0.25 if hi - lo > 1.0 else 0.1
+    step_size = _tick_step(hi - lo)
     for tick in np.arange(np.ceil(lo / step_size) * step_size, hi + 1e-9, step_size):
         parts.append(f'<text x="{x(tick):.1f}" y="{height - 2}" font-size="10" text-anchor="middle" fill="#666">{tick:.2f}</text>')
     series = [
@@ -148,14 +152,24 @@ def _chart(result) -> str:
             )
             if name == "shapley":
                 l_, u_ = float(result.lower[i]), float(result.upper[i])
+                lx, ux = (x(float(np.clip(b, lo, hi))) for b in (l_, u_))  # drawn clipped to the axis
                 cy = y + 5
                 parts.append(
                     f'<path class="whisker" data-step="{html.escape(step)}" data-lower="{l_!r}" data-upper="{u_!r}" '
-                    f'd="M{x(l_):.1f},{cy} H{x(u_):.1f} M{x(l_):.1f},{cy - 4} V{cy + 4} M{x(u_):.1f},{cy - 4} V{cy + 4}" '
+                    f'd="M{lx:.1f},{cy} H{ux:.1f} M{lx:.1f},{cy - 4} V{cy + 4} M{ux:.1f},{cy - 4} V{cy + 4}" '
                     'stroke="#111" stroke-width="1.2" fill="none"/>'
                 )
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _tick_step(span: float) -> float:
+    """The spacing of the axis labels: the smallest of 0.1, 0.25, 0.5, 1, 2.5, ... that puts
+    at most about ten labels on an axis `span` wide."""
+    for size in (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0):
+        if span / size <= 10.65:
+            return size
+    return span / 10
 
 
 def _option(result, step_index_in_sites: int, option: int) -> str:

@@ -189,6 +189,12 @@ def checkpoints(t1: int, gamma: float, budget: int) -> tuple[int, ...]:
         )
     if not isinstance(budget, (int, np.integer)) or isinstance(budget, bool) or budget < t1:
         raise ValueError(f"`budget` must be an int >= t1 = {t1}, got {budget!r}")
+    looks = math.log(budget / t1) / math.log(gamma) if budget > t1 else 0.0
+    if looks > 1e6:  # the loop below would take about this many steps
+        raise ValueError(
+            f"`gamma` = {gamma!r} is so close to 1 that the schedule from {t1} to {budget} "
+            f"samples needs about {looks:.3g} steps; use a growth factor of at least 1 + 1e-4"
+        )
     out: list[int] = []
     k = 0
     while True:

@@ -34,13 +34,15 @@ from ..pipeline import (
 
 
 def _case_ids(case_ids) -> np.ndarray:
-    if isinstance(case_ids, (int, np.integer)):
-        if case_ids < 1:
-            raise ValueError(f"`case_ids` must be a positive count or an array of ids, got {case_ids}")
+    if isinstance(case_ids, (int, np.integer)) and not isinstance(case_ids, bool):
+        if not 1 <= case_ids <= 2**32:
+            raise ValueError(f"`case_ids` must be a positive count (at most 2**32) or an array of ids, got {case_ids}")
         return np.arange(int(case_ids))
     ids = np.asarray(case_ids)
     if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer) or ids.size == 0:
         raise ValueError(f"`case_ids` must be a non-empty 1-D int array, got shape {ids.shape}, dtype {ids.dtype}")
+    if ids.min() < 0 or ids.max() >= 2**32:  # ids address noise as uint32: wider ones would alias
+        raise ValueError(f"`case_ids` must lie in [0, 2**32), got ids from {ids.min()} to {ids.max()}")
     return ids
 
 
