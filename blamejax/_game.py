@@ -24,6 +24,12 @@ class Game(NamedTuple):
     - `fixes`: each player's fix variant (1 unless `fixes=` chose another).
     - `mode`: `Hard()` or `Relaxed(tau)`.
     - `score_range`: the declared `(low, high)` of the score.
+
+    ```python
+    import blamejax as bj
+    game = bj.Game.make(bj.demos.refund_pipeline, bj.demos.refund_cases(2), steps=["writer", "reviewer"])
+    assert game.steps == ("writer", "reviewer") and game.fixes == (1, 1)
+    ```
     """
 
     pipeline: Callable

@@ -208,6 +208,6 @@ def explain_nan_score(pipeline: Callable, structure: Structure, case, world: Wor
     site = structure.sites[int(sites[0])]
     draw = f"step {site.step!r}" + (f" (slot {site.slot})" if site.slot else "")
     return (
-        f"{draw} drew from logits with no valid option (every logit -inf, or NaN/+inf) in "
-        f"coalition {coalition}"
+        f"{draw} drew from logits with no valid option (every logit -inf, or NaN/+inf), or "
+        f"was forced to an option outside [0, K), in coalition {coalition}"
     )

@@ -56,7 +56,9 @@ def step_index(structure: Structure, step, argument: str = "step") -> int:
 
 def scalar_index(value, upper: int | None, label: str):
     """An int32 scalar in [0, upper) (no upper bound when `upper` is None). Concrete values
-    are checked eagerly; traced values (inside `vmap`) only for shape and dtype. `label`
+    are checked eagerly; traced values (inside `vmap`) only for shape and dtype here, and
+    when the plan runs: a forced option outside [0, K) makes the run's score NaN, which
+    every estimator refuses with an error (it is never clamped to a valid option). `label`
     names the argument in errors, e.g. "`option` of step 'writer'"."""
     if isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{label} must be an integer, got {value!r}")

@@ -70,7 +70,8 @@ class Choice(eqx.Module):
         """Read `table[index]` (hard) or `probs @ table` (relaxed).
 
         `table` has the options on its first axis, `[K, ...]`. In relaxed mode it must be
-        finite (a `-inf` entry would give `0 * -inf = NaN`).
+        finite: a `-inf` entry gives `0 * -inf = NaN`, and the estimators refuse the NaN
+        score with an error naming the failure and coalition.
         """
         table = jnp.asarray(table)
         if table.ndim == 0 or table.shape[0] != self.num_options:
@@ -241,6 +242,8 @@ class Context:
         noise = self._noise(step_plan, site_index, site)
         variant = step_plan.variant
         logits = jnp.asarray(logits)
+        if logits.dtype.itemsize < 4:  # bfloat16/float16: the Gumbels would be rounded to it
+            logits = logits.astype(jnp.float32)
         if step_plan.shift is not None:
             logits = logits + _lift(jnp.asarray(step_plan.shift, logits.dtype), logits)
         if isinstance(self.mode, Hard):
@@ -265,9 +268,12 @@ class Context:
         if self.plan.forced_sites is not None:
             site_forced = self.plan.forced_sites[site_index]
             forced = jnp.where(site_forced >= 0, site_forced, forced)
-        if _is_active(forced, lambda x: x >= 0):
-            index = jnp.where(forced >= 0, forced, index).astype(jnp.int32)
-            invalid = invalid & (forced < 0)  # a forced option needs no valid row
+        if _is_active(forced, lambda x: x != -1):
+            # A forced option needs no valid row, but must be an option: a traced one outside
+            # [0, K) (or below -1, "not forced") invalidates the run instead of being clamped.
+            out_of_range = (forced >= site.num_options) | (forced < -1)
+            invalid = jnp.where(forced >= 0, out_of_range, invalid | out_of_range)
+            index = jnp.where(forced >= 0, jnp.minimum(forced, site.num_options - 1), index).astype(jnp.int32)
             if probs is not None:
                 hot = jax.nn.one_hot(forced, site.num_options, dtype=probs.dtype)
                 probs = jnp.where(forced >= 0, hot, probs)
