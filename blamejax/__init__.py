@@ -12,12 +12,12 @@ The package is arranged in the order the computation flows:
 7. `report`: text, JSON, pandas and HTML reports;
 
 then the families built on them (`interventions`, `differentiable`, `mdp`) and the
-applications beside them (`scm`, `demos`, the command line `python -m blamejax`).
+applications beside them (`scm`, `demos` (loaded on first use), the command line
+`python -m blamejax`).
 The names below are the front door; everything else lives in those namespaces.
 """
 
 from . import coalitions as coalitions
-from . import demos as demos
 from . import differentiable as differentiable
 from . import estimators as estimators
 from . import interventions as interventions
@@ -56,3 +56,17 @@ from .worlds import recorded_worlds as recorded_worlds
 from .worlds import replay as replay
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # The demos load on first use (`bj.demos`): they are written with the front door
+    # (`import blamejax as bj`), so importing them here would run back up the house.
+    if name == "demos":
+        import importlib
+
+        return importlib.import_module(".demos", __name__)
+    raise AttributeError(f"module 'blamejax' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | {"demos"})

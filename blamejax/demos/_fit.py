@@ -27,7 +27,6 @@ how much of the gain comes from that alone.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -41,13 +40,14 @@ from jaxtyping import Array, Float, Int
 
 import blamejax as bj
 
-from .. import demos
 from ..coalitions import mask_values
 from ..differentiable import fit_fixes, shapley_values
 from ..pipeline import Hard, Relaxed
+from ..report import write_json
 from ..stats import wilson_interval
 from ..worlds import recorded_worlds, replay
-from ._rag import FIX_SHIFTS
+from ._rag import FIX_SHIFTS, rag_cases, rag_pipeline
+from ._refund import refund_cases, refund_pipeline
 
 FIT_STEPS = ("rewrite", "retrieve", "answer", "verify")
 CONSTRAINTS = {
@@ -197,7 +197,7 @@ def _discordant(first, second) -> tuple[int, int]:
 
 def _alone_values(cases, worlds, step, mode):
     """v({step}) per failure and world, `[F, W]`: the score when only `step` runs its fix."""
-    pipeline = demos.rag_pipeline
+    pipeline = rag_pipeline
     game = bj.Game.make(pipeline, cases)
     structure, players, variants = game.structure, game.players, game.fixes
     mask = np.array([[structure.steps[p] == step for p in players]])
@@ -241,8 +241,8 @@ def fit_rag_fix(
         raise ValueError(f"`step` must be one of {FIT_STEPS}, got {step!r}")
     if constraint not in CONSTRAINTS:
         raise ValueError(f"`constraint` must be one of {tuple(CONSTRAINTS)}, got {constraint!r}")
-    cases = demos.rag_cases(num_cases, seed=seed)
-    run = replay(demos.rag_pipeline, cases, recorded_worlds(seed, num_cases))
+    cases = rag_cases(num_cases, seed=seed)
+    run = replay(rag_pipeline, cases, recorded_worlds(seed, num_cases))
     failed = np.flatnonzero(np.asarray(run["score"][:, 0]) < 1)
     if failed.size < 4:
         raise ValueError(f"need at least 4 failures to split, got {failed.size} of {num_cases} cases")
@@ -287,9 +287,9 @@ def fit_rag_fix(
 def _demo_failures(name: str, num_cases: int, seed: int):
     """The failures of a demo under recorded noise: (pipeline, cases, worlds)."""
     if name == "refund":
-        pipeline, cases = demos.refund_pipeline, demos.refund_cases(num_cases, "A")
+        pipeline, cases = refund_pipeline, refund_cases(num_cases, "A")
     elif name == "rag":
-        pipeline, cases = demos.rag_pipeline, demos.rag_cases(num_cases, seed=seed)
+        pipeline, cases = rag_pipeline, rag_cases(num_cases, seed=seed)
     else:
         raise ValueError(f"`demo` must be 'refund' or 'rag', got {name!r}")
     run = replay(pipeline, cases, recorded_worlds(seed, num_cases))
@@ -407,6 +407,6 @@ def run_fit_demo(args) -> int:
         "cannot identify.\n"
     )
     print(tau_table(seed=args.seed))
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    write_json(out / "summary.json", summary)
     print(f"\nSummary written to {out}/summary.json")
     return 0

@@ -3,23 +3,31 @@ modes, the noise-sharing measurement, and the reports written to an output folde
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
 import jax
 import numpy as np
 
-from .. import demos
 from ..estimators import blame_batch
+from ..report import write_json
 from ..worlds import recorded_worlds, replay
+from ._agent8 import agent8_cases, agent8_pipeline
 from ._noise_sharing import noise_sharing_gain
+from ._rag import (
+    ANSWER_OPTIONS,
+    RETRIEVE_OPTIONS,
+    REWRITE_OPTIONS,
+    VERIFY_OPTIONS,
+    rag_cases,
+    rag_pipeline,
+)
 
 OPTION_NAMES = {
-    "rewrite": demos.REWRITE_OPTIONS,
-    "retrieve": demos.RETRIEVE_OPTIONS,
-    "answer": demos.ANSWER_OPTIONS,
-    "verify": demos.VERIFY_OPTIONS,
+    "rewrite": REWRITE_OPTIONS,
+    "retrieve": RETRIEVE_OPTIONS,
+    "answer": ANSWER_OPTIONS,
+    "verify": VERIFY_OPTIONS,
 }
 
 
@@ -28,14 +36,14 @@ def run_rag_demo(args) -> int:
     out = Path(args.out or "blamejax-out/rag")
     out.mkdir(parents=True, exist_ok=True)
     modes = ("recorded", "inferred", "fresh") if args.noise == "all" else (args.noise,)
-    cases = demos.rag_cases(num_cases, seed=args.seed)
+    cases = rag_cases(num_cases, seed=args.seed)
     print("Stochastic RAG: rewrite -> retrieve -> answer -> verify")
     print(f"{num_cases} questions (seed {args.seed}); every step samples by Gumbel-max, fixes shift logits.\n")
     summary = {}
     for noise in modes:
         start = time.perf_counter()
         result = blame_batch(
-            demos.rag_pipeline, cases, args.seed, noise=noise, num_worlds=args.worlds,
+            rag_pipeline, cases, args.seed, noise=noise, num_worlds=args.worlds,
             estimator=args.estimator, num_permutations=args.permutations,
             option_names=OPTION_NAMES, progress=not args.no_progress,
         )
@@ -51,17 +59,17 @@ def run_rag_demo(args) -> int:
             seconds=round(seconds, 2),
         )
     if "fresh" in modes and not args.skip_noise_sharing:
-        run = replay(demos.rag_pipeline, cases, recorded_worlds(args.seed, num_cases))
+        run = replay(rag_pipeline, cases, recorded_worlds(args.seed, num_cases))
         ids = np.flatnonzero(np.asarray(run["score"][:, 0]) < 1)
         failures = jax.tree_util.tree_map(lambda x: x[ids], cases)
-        gain = noise_sharing_gain(demos.rag_pipeline, failures, args.seed, case_ids=ids, num_permutations=args.permutations)
+        gain = noise_sharing_gain(rag_pipeline, failures, args.seed, case_ids=ids, num_permutations=args.permutations)
         print("Fresh noise, Monte Carlo at equal budget: variance of one permutation's marginal")
         print(f"{'step':<10} {'shared noise':>13} {'independent':>12} {'ratio':>7}")
         for i, step in enumerate(gain.steps):
             print(f"{step:<10} {float(gain.shared[i]):>13.4f} {float(gain.independent[i]):>12.4f} {float(gain.ratio[i]):>6.2f}x")
         print("Sharing one fresh world across all prefixes of an order (common random numbers) cuts the variance by the ratio.\n")
         summary["noise_sharing_ratio"] = dict(zip(gain.steps, np.asarray(gain.ratio, np.float64).round(3).tolist(), strict=True))
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    write_json(out / "summary.json", summary)
     print(f"Reports written to {out}/ (report_<mode>.html, result_<mode>.json, summary.json)")
     return 0
 
@@ -71,13 +79,13 @@ def run_stopping_demo(args) -> int:
     failures the finite-sample (empirical Bernstein) and the asymptotic (normal) rules need to
     separate the top step, on the same stream of failures."""
     num_cases = args.cases or 3000
-    cases = demos.agent8_cases(num_cases)
+    cases = agent8_cases(num_cases)
     print("8-step agent: intake -> router -> planner -> search -> extractor -> calculator -> drafter -> guardrail")
     print(f"{num_cases} runs (seed {args.seed}); exact Shapley per failure (256 coalitions), failures visited in a seeded order.")
     print("Checkpoints every 20% more failures; each rule is checked at the same checkpoints of the same stream.\n")
     start = time.perf_counter()
     result = blame_batch(
-        demos.agent8_pipeline, cases, args.seed, first_checkpoint=10, growth=1.2,
+        agent8_pipeline, cases, args.seed, first_checkpoint=10, growth=1.2,
         progress=not args.no_progress,
     )
     print(result.table())

@@ -615,17 +615,34 @@ class BatchResult(eqx.Module):
         return batch_table(self)
 
     def to_dict(self) -> dict:
-        """Every field as plain Python values (ready for `json.dump`)."""
+        """Every field as plain Python values, ready for strict JSON: arrays as nested lists,
+        NaN as `None`, +-inf as `"inf"`/`"-inf"` (the interval of few failures is infinite),
+        with `"type"` and each array's dtype and shape under `"arrays"`."""
         from ..report import batch_to_dict
 
         return batch_to_dict(self)
 
     def to_json(self, path) -> None:
-        """Write `to_dict()` to `path` as JSON."""
-        import json
+        """Write `to_dict()` to `path` as strict JSON (NaN -> `null`, +inf/-inf -> `"inf"`/
+        `"-inf"`; never a bare `NaN` or `Infinity` token), atomically: a failed write leaves
+        an existing file as it was. `BatchResult.load_json(path)` reads it back."""
+        from ..report import write_json
 
-        with open(path, "w") as f:
-            json.dump(self.to_dict(), f, indent=1)
+        write_json(path, self.to_dict())
+
+    @classmethod
+    def from_dict(cls, data: dict) -> BatchResult:
+        """The result `to_dict()` gave: arrays equal bit for bit (dtype and shape)."""
+        from ..report import result_from_dict
+
+        return result_from_dict(cls, data)
+
+    @classmethod
+    def load_json(cls, path) -> BatchResult:
+        """Read a file `to_json` wrote."""
+        from ..report import read_json
+
+        return cls.from_dict(read_json(path))
 
     def to_dataframe(self):
         """Per-step summary as a pandas DataFrame (needs pandas installed)."""
@@ -640,9 +657,11 @@ class BatchResult(eqx.Module):
         return batch_html(self)
 
     def save_html(self, path) -> None:
-        """Write `to_html()` to `path`."""
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(self.to_html())
+        """Write `to_html()` to `path` (UTF-8), atomically: a failed write leaves an existing
+        file as it was."""
+        from ..report import write_atomic
+
+        write_atomic(path, self.to_html())
 
     def _repr_html_(self) -> str:
         return self.to_html()

@@ -8,6 +8,8 @@ import html
 
 import numpy as np
 
+from ._json import result_to_dict
+
 CAVEAT = (
     "Blame is relative to the fixes supplied. Under recorded or inferred noise it assumes the "
     "Gumbel-max coupling, which data cannot identify: another coupling with the same "
@@ -61,23 +63,10 @@ def batch_table(result) -> str:
 
 
 def batch_to_dict(result) -> dict:
-    out = {}
-    for name in (
-        "steps", "site_steps", "noise", "question", "estimator", "interval", "delta", "threshold",
-        "num_cases", "num_failures", "evaluations", "separated",
-    ):
-        value = getattr(result, name)
-        out[name] = list(value) if isinstance(value, tuple) else value
-    out["score_range"] = list(result.score_range)
-    out["separated_at"] = dict(result.separated_at)
-    out["option_names"] = None if result.option_names is None else {s: (list(n) if n else None) for s, n in result.option_names}
-    for name in (
-        "failure_ids", "shapley", "total", "empty", "full", "resolve", "last_step", "mean_shapley",
-        "lower", "upper", "share_of_repair", "resolve_rate", "last_step_rate", "factual_choice",
-        "fixed_choice", "factual_score",
-    ):
-        out[name] = np.asarray(getattr(result, name)).tolist()
-    return out
+    """Every field of a `BatchResult` as plain Python values, in the strict JSON encoding of
+    `result_to_dict` (NaN -> `None`, +-inf -> `"inf"`/`"-inf"`, arrays with their dtype and
+    shape under `"arrays"`)."""
+    return result_to_dict(result)
 
 
 def batch_dataframe(result):
