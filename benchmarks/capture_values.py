@@ -15,6 +15,8 @@ def put(name, result, fields):
         v = getattr(result, f)
         if v is not None:
             out[f"{name}.{f}"] = np.asarray(v)
+
+
 rag = bj.demos.rag_cases(120)
 failed = np.flatnonzero(np.asarray(bj.replay(bj.demos.rag_pipeline, rag, bj.recorded_worlds(0, 120))["score"][:, 0]) < 1)
 sub = jax.tree_util.tree_map(lambda x: x[failed], rag)

@@ -61,6 +61,17 @@ def check_worlds(worlds: World, num_failures: int, structure: Structure) -> int:
     if shape[1] == 0:
         raise ValueError("`worlds` holds W = 0 worlds per failure; need at least one")
     if worlds.overrides is not None:
+        if worlds.valid is None or len(worlds.valid) != len(worlds.overrides):
+            raise ValueError(
+                "`worlds.valid` must hold one bool array per draw site when `worlds.overrides` "
+                f"is given ({len(structure.sites)} sites), got "
+                f"{None if worlds.valid is None else len(worlds.valid)}"
+            )
+        for site, valid in zip(structure.sites, worlds.valid):
+            if tuple(np.shape(valid)) != shape:
+                raise ValueError(
+                    f"`worlds.valid` for step {site.step!r} must have shape {shape}, got {tuple(np.shape(valid))}"
+                )
         if len(worlds.overrides) != len(structure.sites):
             raise ValueError(
                 f"`worlds.overrides` must hold one array per draw site ({len(structure.sites)}), "
@@ -92,6 +103,8 @@ def resolve_players(structure: Structure, steps, fixes) -> tuple[tuple[int, ...]
         if len(set(names)) != len(names):
             raise ValueError(f"`steps` lists a step twice: {names}")
     players = tuple(structure.step_index(s) for s in names)
+    if fixes is not None and not isinstance(fixes, dict):
+        raise TypeError(f"`fixes` must be a dict {{step: fix variant}}, got {fixes!r}")
     fixes = dict(fixes or {})
     for name in fixes:
         structure.step_index(name)  # unknown names raise
@@ -145,12 +158,13 @@ def check_mode(mode):
     )
 
 
-def check_scores_in_range(low: float, high: float, score_range, explain=None) -> None:
+def check_scores_in_range(low: float, high: float, score_range, explain=None, nan: bool = False) -> None:
     """The lowest and highest score a pipeline returned must lie in the declared range, and be
     numbers: a NaN score (a draw with no valid option, or the pipeline's own arithmetic) is
-    an error, never a pass. `explain()`, called only then, says where the NaN came from."""
+    an error, never a pass. `nan` says a NaN was seen (compiled min/max reductions may skip
+    NaN, so callers also test their results); `explain()`, called only then, says where."""
     low_decl, high_decl = score_range
-    if np.isnan(low) or np.isnan(high):
+    if nan or np.isnan(low) or np.isnan(high):
         where = explain() if explain is not None else ""
         raise ValueError(
             "the pipeline returned a NaN score" + (f": {where}" if where else "") + "; every "

@@ -110,7 +110,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.command == "demo":
         used = DEMO_FLAGS[args.name]
-        given = [flag for flag in OPTIONAL_FLAGS if getattr(args, flag) not in (None, False)]
+        given = [flag for flag in OPTIONAL_FLAGS if getattr(args, flag) is not None and getattr(args, flag) is not False]
         unused = [flag for flag in given if flag not in used]
         if unused:
             names = ", ".join("--" + flag.replace("_", "-") for flag in unused)
@@ -129,8 +129,10 @@ def main(argv=None) -> int:
                 f"--cases must be in [1, {MAX_CASES[args.name]:,}] for demo {args.name!r}, got "
                 f"{args.cases:,} (each case is held in memory with its coalition tables)"
             )
-        if args.worlds < 1 or args.permutations < 2:
-            parser.error("--worlds must be at least 1 and --permutations at least 2")
+        if args.worlds < 1:
+            parser.error(f"--worlds must be at least 1, got {args.worlds}")
+        if args.permutations < 2:
+            parser.error(f"--permutations must be at least 2, got {args.permutations}")
         return DEMOS[args.name](args)
     return 2
 

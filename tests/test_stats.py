@@ -59,7 +59,7 @@ def test_numpy_and_jax_agree(name):
     fn = fns[name]
     host = fn(t, var, delta)
     device = jax.jit(fn)(
-        jnp.asarray(t), jnp.asarray(var, jnp.float32), jnp.asarray(delta, jnp.float32)
+        jnp.asarray(t), jnp.asarray(var, jnp.result_type(float)), jnp.asarray(delta, jnp.result_type(float))
     )
     np.testing.assert_allclose(np.asarray(device), host, rtol=1e-5)
 

@@ -18,13 +18,15 @@ import numpy as np
 import optax
 from jaxtyping import Array, Float, PyTree
 
-from .._checks import resolve_players
+from .._checks import check_mode, resolve_players
 from ..coalitions import coalition_values
 from ..pipeline import Relaxed, World, discover
 from ..reduction import Attribution, attribute
 
 
-def _structure_and_players(pipeline, case, steps, fixes):
+def _structure_and_players(pipeline, case, steps, fixes, mode=None):
+    if mode is not None:
+        check_mode(mode)
     structure = discover(pipeline, case)
     players, variants = resolve_players(structure, steps, fixes)
     return structure, players, variants
@@ -65,7 +67,7 @@ def shapley_values(
     grad = jax.jit(jax.grad(lambda c: bj.shapley_values(bj.demos.refund_pipeline, c, worlds).shapley[0]))(case)
     ```
     """
-    structure, players, variants = _structure_and_players(pipeline, case, steps, fixes)
+    structure, players, variants = _structure_and_players(pipeline, case, steps, fixes, mode)
     values = jax.vmap(lambda w: coalition_values(pipeline, structure, case, w, players, variants, mode))(worlds)
     return attribute(values.mean(axis=0), interactions=interactions)
 
@@ -73,7 +75,7 @@ def shapley_values(
 def total_repair(pipeline: Callable, case, worlds: World, *, steps=None, fixes=None, mode=Relaxed(0.5)) -> Float[Array, ""]:
     """`v(all) - v(empty)` of one case averaged over its worlds (differentiable in relaxed
     mode). Only the two runs are evaluated, not the whole coalition table."""
-    structure, players, variants = _structure_and_players(pipeline, case, steps, fixes)
+    structure, players, variants = _structure_and_players(pipeline, case, steps, fixes, mode)
     from ..coalitions import mask_values
 
     masks = np.array([[False] * len(players), [True] * len(players)])
@@ -86,7 +88,7 @@ def batch_mean_shapley(pipeline: Callable, cases, worlds: World, *, steps=None, 
     """Mean Shapley value over failures (`cases` with a leading failure axis, `worlds` with
     keys `[F, W]`), a pure and differentiable function."""
     first = jax.tree_util.tree_map(lambda x: x[0], cases)
-    _structure_and_players(pipeline, first, steps, fixes)  # eager checks
+    _structure_and_players(pipeline, first, steps, fixes, mode)  # eager checks
     per_failure = jax.vmap(lambda c, w: shapley_values(pipeline, c, w, steps=steps, fixes=fixes, mode=mode).shapley)
     return per_failure(cases, worlds).mean(axis=0)
 

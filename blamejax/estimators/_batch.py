@@ -162,8 +162,16 @@ def blame_batch(
         raise ValueError(f"`estimator` must be 'auto', 'exact' or 'mc', got {estimator!r}")
     if not isinstance(num_worlds, (int, np.integer)) or num_worlds < 1:
         raise ValueError(f"`num_worlds` must be a positive int (W >= 1), got {num_worlds!r}")
+    if isinstance(delta, bool) or not isinstance(delta, (int, float, np.number)):
+        raise TypeError(f"`delta` must be a number in (0, 1), got {delta!r}")
     if not 0 < delta < 1:
         raise ValueError(f"`delta` must be in (0, 1), got {delta!r}")
+    if threshold is not None and (
+        isinstance(threshold, bool) or not isinstance(threshold, (int, float, np.number)) or not np.isfinite(threshold)
+    ):
+        raise ValueError(f"`threshold` must be a finite number (or None for the top of the range), got {threshold!r}")
+    if option_names is not None and not isinstance(option_names, dict):
+        raise TypeError(f"`option_names` must be a dict {{step: option names}}, got {option_names!r}")
     game = make_game(pipeline, cases, steps=steps, fixes=fixes, mode=mode, score_range=score_range)
     low, high = game.score_range
     threshold = high if threshold is None else float(threshold)
@@ -179,8 +187,14 @@ def blame_batch(
         raise TypeError(f"`stop_early` must be a bool, got {stop_early!r}")
     if max_failures is not None and (not isinstance(max_failures, int) or max_failures < 1):
         raise ValueError(f"`max_failures` must be a positive int, got {max_failures!r}")
+    _option_names(option_names, game.structure)  # checked before any work
     if observed is not None:
         expected = (leading_size(cases), len(game.structure.sites))
+        if not np.issubdtype(np.asarray(observed).dtype, np.integer):
+            raise ValueError(
+                f"`observed` must be an int array of shape [cases, sites] = {list(expected)}, got "
+                f"dtype {np.asarray(observed).dtype}"
+            )
         if noise != "inferred":
             raise ValueError(f"`observed` is used only with noise='inferred', got noise={noise!r}")
         if np.shape(observed) != expected:
@@ -405,12 +419,14 @@ def _analyse(settings: BatchSettings, cases, worlds, start: int, case_ids) -> di
         return dict(out, evaluations=num_f * num_w * (1 << n))
     key = jr.fold_in(settings.key, start)
     function = _mc_function(game, settings.num_permutations)
-    estimate, empty, full, last, resolve, low, high = function(cases, worlds, key, settings.threshold)
+    estimate, empty, full, last, resolve, low, high, nan = function(cases, worlds, key, settings.threshold)
+    nan = np.asarray(nan)
     check_scores_in_range(
         float(np.min(low)),
         float(np.max(high)),
         game.score_range,
-        lambda: explain_nan(game, cases, worlds, np.isnan(np.asarray(estimate.values)).any(axis=1), case_ids),
+        lambda: explain_nan(game, cases, worlds, nan, case_ids),
+        nan=bool(nan.any()),
     )
     return dict(
         shapley=np.asarray(estimate.values, np.float64),
@@ -439,7 +455,8 @@ def _mc_function(game: Game, num_permutations: int):
         resolve = (v[:, 2:] >= threshold).mean(axis=0)  # [n]: each player's fix alone
         low = jnp.minimum(estimate.low, v.min())  # every score computed, for the range check
         high = jnp.maximum(estimate.high, v.max())
-        return estimate, v[:, 0].mean(), v[:, 1].mean(), last, resolve, low, high
+        nan = jnp.isnan(v).any() | jnp.isnan(estimate.values).any()  # min/max may skip NaN
+        return estimate, v[:, 0].mean(), v[:, 1].mean(), last, resolve, low, high, nan
 
     def batch(cases, worlds, key, threshold):
         num = worlds.key.shape[0]

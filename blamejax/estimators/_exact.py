@@ -192,11 +192,16 @@ def _non_finite(cases):
 def _failure_sharding(devices):
     """`NamedSharding` that splits a leading failure axis over `devices` (None: all devices
     of the default backend), or None when there is only one device."""
+    given = devices
     if devices is None:
         devices = jax.devices()
+    elif isinstance(devices, jax.Device):
+        devices = [devices]
+    if isinstance(devices, str) or not isinstance(devices, (list, tuple)):
+        raise TypeError(f"`devices` must be a jax device or a non-empty sequence of them, got {given!r}")
     devices = list(devices)
     if not devices or not all(isinstance(d, jax.Device) for d in devices):
-        raise TypeError(f"`devices` must be a non-empty sequence of jax devices, got {devices!r}")
+        raise TypeError(f"`devices` must be a jax device or a non-empty sequence of them, got {given!r}")
     if len(devices) == 1:
         return None
     mesh = jax.sharding.Mesh(np.asarray(devices), ("failures",))
@@ -350,11 +355,16 @@ def exact_run(
         attribution, last, resolve, _ = pieces[0]
     else:
         attribution, last, resolve = _join(tuple(p[:3] for p in pieces), tuple(p[3] for p in pieces))
+    # A NaN score makes the failure's Shapley values (every coalition has a positive weight),
+    # v(empty) or v(all) NaN: tested on the results, which is reliable where min/max are not.
+    nan = np.isnan(np.asarray(attribution.shapley)).any(axis=1)
+    nan |= np.isnan(np.asarray(attribution.empty)) | np.isnan(np.asarray(attribution.full))
     check_scores_in_range(
         stats[:, 0].min(),
         stats[:, 1].max(),
         game.score_range,
-        lambda: explain_nan(game, cases, worlds, np.isnan(np.asarray(attribution.shapley)).any(axis=1), case_ids),
+        lambda: explain_nan(game, cases, worlds, nan, case_ids),
+        nan=bool(nan.any()),
     )
     result = ExactResult(
         steps=game.steps,

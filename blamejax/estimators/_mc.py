@@ -705,11 +705,15 @@ def _mc_step(settings: MCSettings, advance, state: MCState, cases, worlds, k: in
         diff = chunk_mean - mean[part]
         mean[part] += diff * steps_now / (t_old + steps_now)
         m2[part] += chunk_m2 + diff**2 * t_old * steps_now / (t_old + steps_now)
+    # A NaN score makes a marginal, v(empty) or v(all) NaN: tested on the sums, which is
+    # reliable where the compiled min/max are not.
+    nan = np.isnan(mean).any(axis=1) | np.isnan(empty) | np.isnan(full)
     check_scores_in_range(
         np.min(lows),
         np.max(highs),
         settings.game.score_range,
-        lambda: explain_nan(settings.game, cases, worlds, np.isnan(mean).any(axis=1) | np.isnan(empty) | np.isnan(full)),
+        lambda: explain_nan(settings.game, cases, worlds, nan),
+        nan=bool(nan[active].any()),
     )
     count[active] = t_k
     state.evaluations[active] += steps_now * settings.unit_cost

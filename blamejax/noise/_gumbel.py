@@ -335,6 +335,7 @@ def as_key(key) -> PRNGKeyArray:
         return key
     if isinstance(key, jax.Array) and key.dtype == jnp.uint32 and key.shape == (2,):
         return jr.wrap_key_data(key)
-    raise TypeError(
-        f"`key` must be an int seed or a `jax.random.key(...)`, got {type(key).__name__}"
-    )
+    what = type(key).__name__
+    if hasattr(key, "dtype") and hasattr(key, "shape"):
+        what = f"a {key.dtype} array of shape {tuple(key.shape)}"
+    raise TypeError(f"`key` must be an int seed or a `jax.random.key(...)`, got {what}")

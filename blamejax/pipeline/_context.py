@@ -50,6 +50,8 @@ class Relaxed(eqx.Module):
     def __check_init__(self):
         if not isinstance(self.tau, jax.core.Tracer):
             tau = np.asarray(self.tau)
+            if not np.issubdtype(tau.dtype, np.number):
+                raise TypeError(f"`tau` must be a positive scalar temperature, got {self.tau!r}")
             if tau.shape != () or not bool(tau > 0):
                 raise ValueError(f"`tau` must be a positive scalar temperature, got {self.tau!r}")
 

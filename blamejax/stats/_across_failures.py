@@ -32,6 +32,8 @@ def checkpoint_interval(values: np.ndarray, k: int, rule: str, delta: float, val
 
 
 def _interval(values: np.ndarray, rule: str, delta_k: float, value_range: float):
+    if rule not in INTERVAL_RULES:
+        raise ValueError(f"`rule` must be one of {INTERVAL_RULES}, got {rule!r}")
     t = values.shape[0]
     mean = values.mean(axis=0)
     if t >= 2:

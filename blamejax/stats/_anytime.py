@@ -37,14 +37,22 @@ def _xp(*args):
     return jnp if _is_jax(*args) else np
 
 
-def check_delta(delta) -> None:
-    if isinstance(delta, (int, float)) and not 0 < delta < 1:
+def _check_delta_values(delta) -> None:
+    """`delta` (a number or a concrete array) must lie in (0, 1); traced values pass."""
+    if isinstance(delta, jax.core.Tracer):
+        return
+    values = np.asarray(delta)
+    if not np.issubdtype(values.dtype, np.number) or not np.all((values > 0) & (values < 1)):
         raise ValueError(f"`delta` must be in (0, 1), got {delta!r}")
 
 
 def _check_count(t, minimum: int) -> None:
-    if isinstance(t, (int, np.integer)) and t < minimum:
-        raise ValueError(f"`t` (the number of samples) must be at least {minimum}, got {t}")
+    """`t` (a number or a concrete array) must be at least `minimum`; traced values pass."""
+    if isinstance(t, jax.core.Tracer):
+        return
+    values = np.asarray(t)
+    if not np.issubdtype(values.dtype, np.number) or not np.all(values >= minimum):
+        raise ValueError(f"`t` (the number of samples) must be at least {minimum}, got {t!r}")
 
 
 def hoeffding_radius(t, value_range, delta):
@@ -68,7 +76,7 @@ def hoeffding_radius(t, value_range, delta):
     assert round(float(radius), 6) == 0.244775
     ```
     """
-    check_delta(delta)
+    _check_delta_values(delta)
     _check_count(t, 1)
     xp = _xp(t, value_range, delta)
     t = xp.asarray(t, dtype=float) if xp is np else jnp.asarray(t).astype(jnp.result_type(float))
@@ -99,7 +107,7 @@ def bernstein_radius(t, variance, value_range, delta):
     assert round(float(radius), 6) == 0.307284
     ```
     """
-    check_delta(delta)
+    _check_delta_values(delta)
     _check_count(t, 2)
     xp = _xp(t, variance, value_range, delta)
     if xp is np:
@@ -133,7 +141,7 @@ def normal_radius(t, variance, delta):
     assert round(float(radius), 6) == 0.097998
     ```
     """
-    check_delta(delta)
+    _check_delta_values(delta)
     _check_count(t, 1)
     xp = _xp(t, variance, delta)
     if xp is np:
@@ -151,6 +159,8 @@ def confidence_radius(kind: str, t, variance, value_range, delta):
     """The radius of rule `kind` (`"bernstein"`, `"hoeffding"` or `"normal"`) for t samples
     of sample variance `variance` (broadcast together), range width `value_range` and level
     `delta`: the one place the estimators pick their radius."""
+    if kind not in ("bernstein", "hoeffding", "normal"):
+        raise ValueError(f"`kind` must be one of ['bernstein', 'hoeffding', 'normal'], got {kind!r}")
     if kind == "bernstein":
         return bernstein_radius(t, variance, value_range, delta)
     if kind == "hoeffding":
@@ -183,9 +193,9 @@ def checkpoints(t1: int, gamma: float, budget: int) -> tuple[int, ...]:
     """
     if not isinstance(t1, (int, np.integer)) or isinstance(t1, bool) or t1 < 2:
         raise ValueError(f"`t1` must be an int >= 2 (the first checkpoint), got {t1!r}")
-    if not isinstance(gamma, (int, float, np.floating, np.integer)) or not gamma > 1:
+    if not isinstance(gamma, (int, float, np.floating, np.integer)) or not 1 < gamma < math.inf:
         raise ValueError(
-            f"`gamma` must be a number > 1 (the checkpoint growth factor), got {gamma!r}"
+            f"`gamma` must be a finite number > 1 (the checkpoint growth factor), got {gamma!r}"
         )
     if not isinstance(budget, (int, np.integer)) or isinstance(budget, bool) or budget < t1:
         raise ValueError(f"`budget` must be an int >= t1 = {t1}, got {budget!r}")
@@ -227,7 +237,7 @@ def checkpoint_delta(delta, n, k):
     assert bj.stats.checkpoint_delta(0.1, 4, 1) == 0.1 / (4 * 1 * 2)  # 0.0125
     ```
     """
-    check_delta(delta)
+    _check_delta_values(delta)
     if isinstance(n, (int, np.integer)) and n < 1:
         raise ValueError(f"`n` (the number of steps) must be at least 1, got {n}")
     if isinstance(k, (int, np.integer)):

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import jax
 import numpy as np
 
-from .._checks import check_worlds, leading_size
+from .._checks import check_mode, check_worlds, leading_size
 from .._compile import compiled
 from ..pipeline import (
     Hard,
@@ -45,9 +45,28 @@ def replay(pipeline: Callable, cases, worlds: World, plan: Plan | None = None, m
     structure = discover_batch(pipeline, cases)
     check_finite_logits(cases)
     check_worlds(worlds, num_cases, structure)
+    mode = check_mode(mode)
     if plan is None:
         plan = factual_plan(structure)
-    return _replay_function(pipeline, structure, mode, _plan_features(plan))(cases, worlds, plan)
+    elif not isinstance(plan, Plan):
+        raise TypeError(f"`plan` must be a blamejax.Plan (or None for the factual run), got {type(plan).__name__}")
+    elif len(plan.steps) != structure.num_steps or len(plan.values) != len(structure.values):
+        raise ValueError(
+            f"`plan` has {len(plan.steps)} step plans and {len(plan.values)} value plans; this "
+            f"pipeline has {structure.num_steps} steps {list(structure.steps)} and "
+            f"{len(structure.values)} deterministic sites"
+        )
+    out = _replay_function(pipeline, structure, mode, _plan_features(plan))(cases, worlds, plan)
+    invalid = np.asarray(out["invalid"]).any(axis=-1)  # [F, W]: some draw had no valid option
+    if invalid.any():
+        f, w = (int(i) for i in np.argwhere(invalid)[0])
+        site = structure.sites[int(np.flatnonzero(np.asarray(out["invalid"])[f, w])[0])]
+        raise ValueError(
+            f"the pipeline returned a NaN score: case {f}, world {w}: step {site.step!r} drew from "
+            "logits with no valid option (every logit -inf, or NaN/+inf), or was forced to an "
+            "option outside [0, K); every draw needs at least one finite logit"
+        )
+    return out
 
 
 def _uses(leaves, pred) -> bool:

@@ -136,7 +136,7 @@ def inferred_worlds(pipeline: Callable, cases, observed, key, num_worlds: int, c
         case, i = (int(x) for x in bad[0])
         site = structure.sites[i]
         raise ValueError(
-            f"case {case}: the observed option {int(observed[case, i])} of step "
+            f"case {case if case_ids is None else int(np.asarray(case_ids)[case])}: the observed option {int(observed[case, i])} of step "
             f"{site.step!r} (slot {site.slot}) has logit -inf in the factual run, so it "
             "could not have been chosen; the observations and the logits disagree"
         )
