@@ -162,7 +162,14 @@ def discover(pipeline: Callable, case) -> Structure:
 
 def _discover(pipeline: Callable, case) -> Structure:
     recorder = _Recorder()
-    out = jax.eval_shape(lambda c: pipeline(recorder, c), case)
+    try:
+        out = jax.eval_shape(lambda c: pipeline(recorder, c), case)
+    except jax.errors.TracerBoolConversionError as error:
+        raise TypeError(
+            "`pipeline` branches in Python (`if`, `while`, `and`/`or`) on a value it computed "
+            "from a draw; every run must make the same draws, so choose between values with "
+            "jnp.where instead"
+        ) from error
     if not hasattr(out, "shape") or tuple(out.shape) != ():
         shape = getattr(out, "shape", type(out).__name__)
         raise ValueError(
