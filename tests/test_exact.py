@@ -161,7 +161,7 @@ def test_failures_sharded_over_devices_equal_one_device():
 
 def test_bad_devices_argument():
     cases = bj.demos.refund_cases(num_cases=2)
-    with pytest.raises(TypeError, match="`devices` must be a non-empty sequence of jax devices"):
+    with pytest.raises(TypeError, match="`devices` must be a jax device or a non-empty sequence of them"):
         bj.exact_blame(bj.demos.refund_pipeline, cases, bj.recorded_worlds(0, 2), devices=["cpu"])
     with pytest.raises(TypeError, match="`devices`"):
         bj.exact_blame(bj.demos.refund_pipeline, cases, bj.recorded_worlds(0, 2), devices=[])

@@ -86,7 +86,7 @@ def test_checkpoints_by_hand():
 def test_checkpoint_errors():
     with pytest.raises(ValueError, match="`t1` must be an int >= 2"):
         bj.stats.checkpoints(1, 2.0, 10)
-    with pytest.raises(ValueError, match="`gamma` must be a number > 1"):
+    with pytest.raises(ValueError, match="`gamma` must be a finite number > 1"):
         bj.stats.checkpoints(2, 1.0, 10)
     with pytest.raises(ValueError, match="`budget` must be an int >= t1 = 4"):
         bj.stats.checkpoints(4, 2.0, 3)
