@@ -29,7 +29,6 @@ DEFAULT_MAX_STEPS = 20
 DEFAULT_BUDGET = 2**21  # scores (failure x world x coalition) per compiled call
 
 
-
 class ExactResult(eqx.Module):
     """Exact attributions of F failures over the n steps in `steps`.
 
@@ -379,8 +378,6 @@ def exact_run(
         score_range=game.score_range,
     )
     return result, (None if threshold is None else resolve)
-
-
 
 
 def explain_nan(game: Game, cases, worlds: World, suspects, case_ids=None) -> str:

@@ -269,7 +269,6 @@ _TARGET_LANES = 16384  # coalition evaluations per loop iteration (all lanes tog
 _MIN_SLOTS = 32  # failure slots of the smallest compiled call
 
 
-
 def _kahan(total, compensation, x):
     """Compensated summation, so that long float32 sums keep their precision."""
     y = x - compensation
