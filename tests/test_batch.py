@@ -19,6 +19,10 @@ def _batch_cases(num_cases=24):
     return cases
 
 
+@pytest.mark.x32_only(
+    "with float64 noise this seeded instance has no repair at all (every failure's total is 0), "
+    "so its share-of-repair checks would have nothing to check"
+)
 def test_batch_equals_per_failure_loop():
     cases = _batch_cases()
     result = bj.blame_batch(
@@ -48,9 +52,7 @@ def test_batch_equals_per_failure_loop():
     shapley, total, resolve = np.array(shapley), np.array(total), np.array(resolve)
     np.testing.assert_allclose(result.shapley, shapley, atol=1e-6)
     np.testing.assert_allclose(result.mean_shapley, shapley.mean(0), atol=1e-6)
-    with np.errstate(divide="ignore", invalid="ignore"):  # no repair at all: NaN both ways
-        share = shapley.sum(0) / total.sum() if total.sum() != 0 else np.full(shapley.shape[1], np.nan)
-    np.testing.assert_allclose(result.share_of_repair, share, atol=1e-6)
+    np.testing.assert_allclose(result.share_of_repair, shapley.sum(0) / total.sum(), atol=1e-6)
     np.testing.assert_allclose(result.resolve_rate, resolve.mean(0), atol=1e-6)
     assert abs(float(result.share_of_repair.sum()) - 1.0) < 1e-5
     # The drill-down: each analysed failure's failed run and fully fixed run, under its own noise.
