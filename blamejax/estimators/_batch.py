@@ -32,6 +32,7 @@ from .._game import Game, make_game
 from ..coalitions import last_step_blame, mask_plan, mask_values
 from ..noise import world_key
 from ..pipeline import Hard, World, check_finite_logits, trace_run
+from ..report import JSONExport
 from ..stats import INTERVAL_RULES, checkpoint_interval, checkpoints, top_separated_at
 from ..worlds import fresh_worlds, inferred_worlds, recorded_worlds
 from ._exact import exact_run, explain_nan, take_rows
@@ -562,7 +563,7 @@ def _empty_result(settings: BatchSettings, front: BatchFront, option_names) -> B
 # --------------------------------------------------------------------------------------
 
 
-class BatchResult(eqx.Module):
+class BatchResult(JSONExport, eqx.Module):
     """Blame over a test set. Step axes follow `steps`; failure axes follow `failure_ids`
     (the analysed failures, in the seeded order they were visited). Its arrays are NumPy
     arrays on the host: the statistics across failures are computed there, in float64.
@@ -630,36 +631,6 @@ class BatchResult(eqx.Module):
         from ..report import batch_table
 
         return batch_table(self)
-
-    def to_dict(self) -> dict:
-        """Every field as plain Python values, ready for strict JSON: arrays as nested lists,
-        NaN as `None`, +-inf as `"inf"`/`"-inf"` (the interval of few failures is infinite),
-        with `"type"` and each array's dtype and shape under `"arrays"`."""
-        from ..report import batch_to_dict
-
-        return batch_to_dict(self)
-
-    def to_json(self, path) -> None:
-        """Write `to_dict()` to `path` as strict JSON (NaN -> `null`, +inf/-inf -> `"inf"`/
-        `"-inf"`; never a bare `NaN` or `Infinity` token), atomically: a failed write leaves
-        an existing file as it was. `BatchResult.load_json(path)` reads it back."""
-        from ..report import write_json
-
-        write_json(path, self.to_dict())
-
-    @classmethod
-    def from_dict(cls, data: dict) -> BatchResult:
-        """The result `to_dict()` gave: arrays equal bit for bit (dtype and shape)."""
-        from ..report import result_from_dict
-
-        return result_from_dict(cls, data)
-
-    @classmethod
-    def load_json(cls, path) -> BatchResult:
-        """Read a file `to_json` wrote."""
-        from ..report import read_json
-
-        return cls.from_dict(read_json(path))
 
     def to_dataframe(self):
         """Per-step summary as a pandas DataFrame (needs pandas installed)."""

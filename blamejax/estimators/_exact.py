@@ -23,13 +23,17 @@ from .._game import Game, make_game
 from ..coalitions import coalition_values, explain_nan_score, last_step_blame
 from ..pipeline import Hard, World, check_finite_logits, world_noise
 from ..reduction import attribute
-from ..report import number, read_json, result_from_dict, result_to_dict, step_rows, write_json
+from ..report import (
+    JSONExport,
+    number,
+    step_rows,
+)
 
 DEFAULT_MAX_STEPS = 20
 DEFAULT_BUDGET = 2**21  # scores (failure x world x coalition) per compiled call
 
 
-class ExactResult(eqx.Module):
+class ExactResult(JSONExport, eqx.Module):
     """Exact attributions of F failures over the n steps in `steps`.
 
     - `steps`: the step names (static), the order of every `n` axis below.
@@ -85,27 +89,6 @@ class ExactResult(eqx.Module):
         )
         return "\n".join(lines)
 
-    def to_dict(self) -> dict:
-        """Every field as plain Python values, ready for strict JSON: arrays as nested lists,
-        NaN as `None`, +-inf as `"inf"`/`"-inf"`, with `"type"` and each array's dtype and
-        shape under `"arrays"` (`blamejax.report.result_to_dict`)."""
-        return result_to_dict(self)
-
-    def to_json(self, path) -> None:
-        """Write `to_dict()` to `path` as strict JSON (NaN -> `null`, +inf/-inf -> `"inf"`/
-        `"-inf"`; never a bare `NaN` token), atomically: a failed write leaves an existing
-        file as it was. `ExactResult.load_json(path)` reads it back."""
-        write_json(path, self.to_dict())
-
-    @classmethod
-    def from_dict(cls, data: dict) -> ExactResult:
-        """The result `to_dict()` gave: arrays equal bit for bit (dtype and shape)."""
-        return result_from_dict(cls, data)
-
-    @classmethod
-    def load_json(cls, path) -> ExactResult:
-        """Read a file `to_json` wrote."""
-        return cls.from_dict(read_json(path))
 
 
 def _bucket(count: int, chunk: int) -> int:

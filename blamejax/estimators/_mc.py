@@ -50,7 +50,11 @@ from .._compile import compiled, note_trace
 from .._game import Game, make_game
 from ..coalitions import mask_plan
 from ..pipeline import Hard, Structure, World, check_finite_logits, run_score, world_noise
-from ..report import number, read_json, result_from_dict, result_to_dict, step_rows, write_json
+from ..report import (
+    JSONExport,
+    number,
+    step_rows,
+)
 from ..stats import (
     RULES,
     checkpoint_delta,
@@ -801,7 +805,7 @@ class MCHistory(eqx.Module):
     upper: Float[Array, "F K n"]
 
 
-class MCResult(eqx.Module):
+class MCResult(JSONExport, eqx.Module):
     """Monte Carlo Shapley values of F failures over the n steps in `steps`. Its arrays
     are host NumPy arrays (the statistics in float64).
 
@@ -866,29 +870,9 @@ class MCResult(eqx.Module):
         """The name of the rule that stopped each failure."""
         return [self.rule_names[int(r)] for r in np.asarray(self.rule)]
 
-    def to_dict(self) -> dict:
-        """Every field as plain Python values, ready for strict JSON: arrays as nested lists,
-        NaN as `None` (the history's entries after a failure stopped), +-inf as `"inf"`/
-        `"-inf"`, with `"type"` and each array's dtype and shape under `"arrays"`; the
-        history is a nested dict of the same form, or `None`
-        (`blamejax.report.result_to_dict`)."""
-        return result_to_dict(self)
-
-    def to_json(self, path) -> None:
-        """Write `to_dict()` to `path` as strict JSON (NaN -> `null`, +inf/-inf -> `"inf"`/
-        `"-inf"`; never a bare `NaN` token), atomically: a failed write leaves an existing
-        file as it was. `MCResult.load_json(path)` reads it back."""
-        write_json(path, self.to_dict())
-
     @classmethod
-    def from_dict(cls, data: dict) -> MCResult:
-        """The result `to_dict()` gave (its history too): arrays equal bit for bit."""
-        return result_from_dict(cls, data, history=MCHistory)
-
-    @classmethod
-    def load_json(cls, path) -> MCResult:
-        """Read a file `to_json` wrote."""
-        return cls.from_dict(read_json(path))
+    def _nested(cls) -> dict:
+        return {"history": MCHistory}
 
     def table(self, failure: int = 0, digits: int = 4) -> str:
         """A plain-text table of one failure's estimates and intervals."""

@@ -44,12 +44,16 @@ from ..pipeline import (
     plan_values,
     trace_run,
 )
-from ..report import number, read_json, result_from_dict, result_to_dict, step_rows, write_json
+from ..report import (
+    JSONExport,
+    number,
+    step_rows,
+)
 from ..stats import newcombe_interval, point_of_commitment, wilson_interval
 from ._plans import DOWNSTREAM, full_plan, step_index, step_of_site
 
 BASELINES = ("factual", "rollouts")
-class ContrastiveResult(eqx.Module):
+class ContrastiveResult(JSONExport, eqx.Module):
     """Contrastive effects of F runs (usually failures) over the n intervened steps.
 
     - `steps`: the step names (static), the order of every `n` axis.
@@ -88,27 +92,6 @@ class ContrastiveResult(eqx.Module):
     def num_failures(self) -> int:
         return int(self.effect.shape[0])
 
-    def to_dict(self) -> dict:
-        """Every field as plain Python values, ready for strict JSON: arrays as nested lists,
-        NaN as `None`, +-inf as `"inf"`/`"-inf"`, with `"type"` and each array's dtype and
-        shape under `"arrays"` (`blamejax.report.result_to_dict`)."""
-        return result_to_dict(self)
-
-    def to_json(self, path) -> None:
-        """Write `to_dict()` to `path` as strict JSON (NaN -> `null`, +inf/-inf -> `"inf"`/
-        `"-inf"`; never a bare `NaN` token), atomically: a failed write leaves an existing
-        file as it was. `ContrastiveResult.load_json(path)` reads it back."""
-        write_json(path, self.to_dict())
-
-    @classmethod
-    def from_dict(cls, data: dict) -> ContrastiveResult:
-        """The result `to_dict()` gave: arrays equal bit for bit (dtype and shape)."""
-        return result_from_dict(cls, data)
-
-    @classmethod
-    def load_json(cls, path) -> ContrastiveResult:
-        """Read a file `to_json` wrote."""
-        return cls.from_dict(read_json(path))
 
     @property
     def significant(self) -> Bool[Array, "F n"]:

@@ -224,3 +224,34 @@ def read_json(path):
     """Read a strict JSON file (a bare `NaN`, `Infinity` or `-Infinity` token is an error)."""
     with open(path, encoding="utf-8") as f:
         return json.loads(f.read(), parse_constant=_refuse_constant)
+
+
+class JSONExport:
+    """The strict-JSON methods every result class shares (a mixin for `eqx.Module` results):
+    `to_dict()`, `to_json(path)` (atomic), `from_dict(data)` and `load_json(path)`, equal bit
+    for bit after a round trip. A class with a nested result field names it in `_nested()`."""
+
+    def to_dict(self) -> dict:
+        """Every field as plain Python values, ready for strict JSON: arrays as nested lists,
+        NaN as `None`, +-inf as `"inf"`/`"-inf"`, with `"type"` and each array's dtype and
+        shape under `"arrays"` (`result_to_dict`)."""
+        return result_to_dict(self)
+
+    def to_json(self, path) -> None:
+        """Write `to_dict()` to `path` as strict JSON (never a bare `NaN` or `Infinity`
+        token), atomically: a failed write leaves an existing file as it was."""
+        write_json(path, self.to_dict())
+
+    @classmethod
+    def _nested(cls) -> dict:
+        return {}
+
+    @classmethod
+    def from_dict(cls, data: dict):
+        """The result `to_dict()` gave: arrays equal bit for bit (dtype and shape)."""
+        return result_from_dict(cls, data, **cls._nested())
+
+    @classmethod
+    def load_json(cls, path):
+        """Read a file `to_json` wrote."""
+        return cls.from_dict(read_json(path))
