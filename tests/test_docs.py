@@ -26,11 +26,6 @@ BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
 SKIP = re.compile(r"^\s*# doctest: skip\b *\(?([^)\n]*)", re.MULTILINE)
 SLOW = re.compile(r"^\s*# doctest: slow\b", re.MULTILINE)
 
-# Examples known to fail in files whose owner has not fixed them yet: dotted name -> the error.
-# Remove an entry once its example runs (the mark is strict, so a fixed example fails here).
-BLOCKED: dict[str, str] = {}
-
-
 def _blocks(doc: str | None) -> list[str]:
     return BLOCK.findall(inspect.cleandoc(doc)) if isinstance(doc, str) else []
 
@@ -69,7 +64,7 @@ def _public_objects():
 
 
 def _marks(name: str, code: str) -> list:
-    marks = [pytest.mark.xfail(strict=True, reason=BLOCKED[name])] if name in BLOCKED else []
+    marks = []
     if skip := SKIP.search(code):
         marks.append(pytest.mark.skip(reason=skip.group(1).strip() or "# doctest: skip"))
     if SLOW.search(code):
