@@ -12,8 +12,8 @@ The package is arranged in the order the computation flows:
 7. `report`: text, JSON, pandas and HTML reports;
 
 then the families built on them (`interventions`, `differentiable`, `mdp`) and the
-applications beside them (`scm`, `demos` (loaded on first use), the command line
-`python -m blamejax`).
+applications beside them (`scm`, `traces` (real runs: the trace format and its
+importers), `demos` (loaded on first use), the command line `python -m blamejax`).
 The names below are the front door; everything else lives in those namespaces.
 """
 
@@ -28,6 +28,7 @@ from . import reduction as reduction
 from . import report as report
 from . import scm as scm
 from . import stats as stats
+from . import traces as traces
 from . import worlds as worlds
 from ._compile import clear_caches as clear_caches
 from ._game import Game as Game
