@@ -364,8 +364,8 @@ def check_run(obj) -> list[tuple[str, str]]:
                 elif num_steps is not None and index >= num_steps:
                     bad(
                         "labels.decisive_step",
-                        f"{index} is past the last step (the run has {num_steps} steps, "
-                        "indexed from 0)",
+                        f"{index} is past the last step (steps are indexed from 0 to "
+                        f"{num_steps - 1})",
                     )
     if "extra" in obj:
         _extra(bad, "extra", obj["extra"])

@@ -284,7 +284,13 @@ def _load_lines(lines: Iterable[str], file: str, seen: dict):
             continue  # blank lines hold no run
         try:
             obj = parse_line(text)
-        except ValueError as e:  # json.JSONDecodeError, or a bad surrogate
+        except json.JSONDecodeError as e:
+            problems.append(
+                Problem(file, number, "", f"not valid JSON: {e.msg} at column {e.colno}")
+            )
+            skipped += 1
+            continue
+        except ValueError as e:  # e.g. a number too long to convert
             problems.append(Problem(file, number, "", f"not valid JSON: {e}"))
             skipped += 1
             continue
