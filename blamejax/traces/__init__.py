@@ -22,5 +22,8 @@ from ._format import read_report as read_report
 from ._format import to_record as to_record
 from ._format import validate as validate
 from ._format import write as write
+from ._spans import from_openinference as from_openinference
+from ._spans import from_otel as from_otel
+from ._whowhen import from_whowhen as from_whowhen
 
 SCHEMA_PATH = _Path(__file__).with_name("trace.schema.json")

@@ -1,0 +1,157 @@
+"""What a span's attributes say about its step: agent, output, tokens and, for a decision,
+options, logits, choice and accept. One reader for the OpenTelemetry GenAI attributes, one for
+the OpenInference attributes; each records the attributes it consumed in `used` (the rest stay
+in the step's `extra`) and raises `Bad` naming the attribute that is wrong.
+"""
+
+import json
+import math
+import re
+
+from ._check import shown
+from ._otlp import Bad
+
+
+def _text(messages) -> str | None:
+    """The text parts of GenAI messages ([{"role", "parts": [{"type": "text", "content"}]}])."""
+    if isinstance(messages, str):
+        try:
+            messages = json.loads(messages)
+        except json.JSONDecodeError:
+            return messages
+    if not isinstance(messages, list):
+        return None
+    texts = [
+        part["content"]
+        for m in messages
+        if isinstance(m, dict)
+        for part in m.get("parts", [])
+        if isinstance(part, dict)
+        and part.get("type") == "text"
+        and isinstance(part.get("content"), str)
+    ]
+    return "\n".join(texts) if texts else None
+
+
+def _count(attributes, key, used) -> int | None:
+    value = attributes.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise Bad(f"{key}: expected a token count (an integer >= 0), got {shown(value)}")
+    used.add(key)
+    return value
+
+
+def _tokens(attributes, keys, used) -> dict | None:
+    counts = {name: _count(attributes, key, used) for name, key in keys}
+    counts = {k: v for k, v in counts.items() if v is not None}
+    return counts or None
+
+
+def otel_fields(span, agent_above, used) -> dict:
+    """Step fields from OpenTelemetry GenAI attributes (`used`: the attributes consumed)."""
+    a = span["attributes"]
+    agent = a.get("gen_ai.agent.name")
+    if isinstance(agent, str) and agent:
+        used.add("gen_ai.agent.name")
+    else:
+        agent = agent_above
+    output = _text(a.get("gen_ai.output.messages"))
+    if output is None and isinstance(a.get("gen_ai.tool.call.result"), str):
+        output = a["gen_ai.tool.call.result"]
+    for event in span["events"]:  # messages captured as events rather than attributes
+        if output is None and isinstance(event, dict):
+            output = _text(event["attributes"].get("gen_ai.output.messages"))
+    tokens = _tokens(
+        a, (("input", "gen_ai.usage.input_tokens"), ("output", "gen_ai.usage.output_tokens")), used
+    )
+    return dict(agent=agent, output=output, tokens=tokens)
+
+
+def _list(a, key, used, kind):
+    value = a.get(key)
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)  # a JSON string of the list
+        except json.JSONDecodeError:
+            raise Bad(
+                f"{key}: expected a list (or a JSON string of one), got {shown(value)}"
+            ) from None
+    if not isinstance(value, list) or not all(
+        isinstance(x, kind) and not isinstance(x, bool) for x in value
+    ):
+        what = "strings" if kind is str else "numbers"
+        raise Bad(f"{key}: expected a list of {what}, got {shown(a.get(key))}")
+    used.add(key)
+    return value
+
+
+def _log_probabilities(a, key, num_options, used):
+    p = _list(a, key, used, int | float)
+    if len(p) != num_options:
+        raise Bad(f"{key}: expected {num_options} probabilities (one per option), got {len(p)}")
+    for i, x in enumerate(p):
+        if not 0 <= x <= 1:
+            raise Bad(f"{key}[{i}]: expected a probability in [0, 1], got {shown(x)}")
+    if not any(p):
+        raise Bad(f"{key}: every probability is 0; at least one option must be possible")
+    return tuple(math.log(x) if x > 0 else -math.inf for x in p)
+
+
+DECISION_OPTIONS = "decision.options"
+DECISION_PROBABILITIES = "decision.probabilities"
+DECISION_FIX_PROBABILITIES = "decision.fix.probabilities"
+DECISION_CHOICE = "decision.choice"
+DECISION_ACCEPT = "decision.accept"
+
+
+def openinference_fields(span, agent_above, used) -> dict:
+    """Step fields from OpenInference attributes (`used`: the attributes consumed)."""
+    a = span["attributes"]
+    kind = a.get("openinference.span.kind")
+    agent = a.get("agent.name")
+    if isinstance(agent, str) and agent:
+        used.add("agent.name")
+    elif kind == "AGENT":
+        agent = span["name"]  # an AGENT span without agent.name is named after its agent
+    else:
+        agent = agent_above
+    output = a.get("output.value")
+    if isinstance(output, str):
+        used.add("output.value")
+    else:
+        contents = [
+            a[k] for k in a if re.fullmatch(r"llm\.output_messages\.\d+\.message\.content", k)
+        ]
+        output = "\n".join(c for c in contents if isinstance(c, str)) or None
+    tokens = _tokens(
+        a, (("input", "llm.token_count.prompt"), ("output", "llm.token_count.completion")), used
+    )
+    fields = dict(agent=agent, output=output, tokens=tokens)
+    if kind != "DECISION" and DECISION_OPTIONS not in a:
+        return fields
+    if DECISION_OPTIONS not in a:
+        raise Bad(f"{DECISION_OPTIONS}: a DECISION span needs its options (a list of strings)")
+    options = tuple(_list(a, DECISION_OPTIONS, used, str))
+    fields["options"] = options
+    if DECISION_PROBABILITIES in a:
+        logits = {"factual": _log_probabilities(a, DECISION_PROBABILITIES, len(options), used)}
+        if DECISION_FIX_PROBABILITIES in a:
+            logits["fix"] = _log_probabilities(a, DECISION_FIX_PROBABILITIES, len(options), used)
+        fields["logits"] = logits
+    elif DECISION_FIX_PROBABILITIES in a:
+        raise Bad(
+            f"{DECISION_FIX_PROBABILITIES}: given without {DECISION_PROBABILITIES} (what ran)"
+        )
+    if DECISION_CHOICE in a:
+        choice = a[DECISION_CHOICE]
+        if not isinstance(choice, str) or choice not in options:
+            raise Bad(
+                f"{DECISION_CHOICE}: expected one of the options {shown(list(options))}, got {shown(choice)}"
+            )
+        used.add(DECISION_CHOICE)
+        fields["choice"] = choice
+    if DECISION_ACCEPT in a:
+        fields["accept"] = tuple(_list(a, DECISION_ACCEPT, used, str))
+    return fields
