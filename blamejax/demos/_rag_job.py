@@ -46,6 +46,7 @@ def run_rag_demo(args) -> int:
             rag_pipeline, cases, args.seed, noise=noise, num_worlds=args.worlds,
             estimator=args.estimator, num_permutations=args.permutations,
             option_names=OPTION_NAMES, progress=not args.no_progress,
+            keep_coalitions=args.estimator != "mc",  # for the interactive page
         )
         seconds = time.perf_counter() - start
         print(result.table())
@@ -53,6 +54,10 @@ def run_rag_demo(args) -> int:
         named = int(round(float(result.last_step_rate[verify]) * result.last_step.size))
         print(f"last-step blame names verify in {named} of {result.last_step.size} (failure, world) pairs; {seconds:.1f} s\n")
         result.save_html(out / f"report_{noise}.html")
+        if result.coalition_scores is not None:
+            page = out / f"report_{noise}_interactive.html"
+            result.save_html(page, interactive=True)
+            print(f"interactive page: {page} ({page.stat().st_size / 1e6:.2f} MB)")
         result.to_json(out / f"result_{noise}.json")
         summary[noise] = dict(
             mean_shapley=dict(zip(result.steps, np.asarray(result.mean_shapley, np.float64).round(4).tolist(), strict=True)),
@@ -70,7 +75,7 @@ def run_rag_demo(args) -> int:
         print("Sharing one fresh world across all prefixes of an order (common random numbers) cuts the variance by the ratio.\n")
         summary["noise_sharing_ratio"] = dict(zip(gain.steps, np.asarray(gain.ratio, np.float64).round(3).tolist(), strict=True))
     write_json(out / "summary.json", summary)
-    print(f"Reports written to {out}/ (report_<mode>.html, result_<mode>.json, summary.json)")
+    print(f"Reports written to {out}/ (report_<mode>.html, report_<mode>_interactive.html, result_<mode>.json, summary.json)")
     return 0
 
 

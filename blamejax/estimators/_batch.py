@@ -29,7 +29,7 @@ from jaxtyping import Float, Int
 from .._checks import as_key, check_scores_in_range, leading_size
 from .._compile import compiled
 from .._game import Game, make_game
-from ..coalitions import last_step_blame, mask_plan, mask_values
+from ..coalitions import coalition_values, last_step_blame, mask_plan, mask_values
 from ..noise import world_key
 from ..pipeline import Hard, World, check_finite_logits, trace_run
 from ..report import JSONExport
@@ -67,6 +67,7 @@ class BatchSettings(NamedTuple):
     first_checkpoint: int
     growth: float
     value_range: float  # the width of the interval a Shapley value lies in
+    keep_coalitions: bool = False  # keep every coalition's scores and outputs (the interactive page)
 
 
 class BatchFront(NamedTuple):
@@ -119,6 +120,7 @@ def blame_batch(
     option_names: dict | None = None,
     mode=Hard(),
     progress: bool = False,
+    keep_coalitions: bool = False,
 ) -> BatchResult:
     """Blame every failure of a test set and summarise across failures.
 
@@ -148,6 +150,10 @@ def blame_batch(
     - `max_failures`: analyse at most this many failures.
     - `option_names`: `{step: tuple of option names}` for the reports.
     - `progress`: show a progress bar (tqdm) over the failure stream.
+    - `keep_coalitions`: also keep, per analysed failure, every coalition's score in every
+      world and each site's output under its recorded noise (`coalition_scores`,
+      `coalition_choices`: what `to_html(interactive=True)` needs). Exact estimator only;
+      it costs one more evaluation of every coalition table and memory `A W 2^n`.
 
     **Returns:** a `BatchResult`. An all-passing test set returns a result with no failures
     whose table says so (nothing to blame is not an error).
@@ -205,6 +211,12 @@ def blame_batch(
             )
     if estimator == "auto":
         estimator = "exact" if game.num_players <= EXACT_AUTO_LIMIT else "mc"
+    if not isinstance(keep_coalitions, bool):
+        raise TypeError(f"`keep_coalitions` must be a bool, got {keep_coalitions!r}")
+    if keep_coalitions and estimator != "exact":
+        raise ValueError(
+            f"`keep_coalitions=True` needs the exact estimator (every coalition's score), got estimator={estimator!r}"
+        )
     settings = BatchSettings(
         game=game,
         key=as_key(key),
@@ -220,6 +232,7 @@ def blame_batch(
         first_checkpoint=first_checkpoint,
         growth=growth,
         value_range=2.0 * (high - low),
+        keep_coalitions=keep_coalitions,
     )
     check_finite_logits(cases)  # before the transfer: host arrays are checked where they are
     cases = jax.tree_util.tree_map(jnp.asarray, cases)  # on the device once, sliced there
@@ -370,6 +383,10 @@ def _batch_finish(settings: BatchSettings, front: BatchFront, state: BatchState,
         factual_score=front.scores[analysed],
     )
     estimator = settings.estimator
+    tables = {}
+    if settings.keep_coalitions:
+        tables = _coalition_tables(settings, state, analysed)
+        state = state._replace(evaluations=state.evaluations + tables.pop("evaluations"))
     return BatchResult(
         steps=game.steps,
         site_steps=tuple(s.step for s in game.structure.sites),
@@ -387,7 +404,44 @@ def _batch_finish(settings: BatchSettings, front: BatchFront, state: BatchState,
         separated=state.separated_at[settings.interval] is not None,
         separated_at=state.separated_at,
         **{name: np.asarray(value) for name, value in arrays.items()},
+        **tables,
     )
+
+
+def _coalition_tables(settings: BatchSettings, state: BatchState, analysed) -> dict:
+    """Every coalition's score in every world (`[A, W, 2^n]`, as float64) and every site's
+    output under each failure's recorded noise (`[A, 2^n, sites]`) of the analysed failures."""
+    rows = jnp.arange(analysed.size, dtype=jnp.int32)
+    cases, worlds = take_rows((state.cases, state.worlds), rows)
+    scores, choices = _coalition_function(settings.game)(cases, worlds, recorded_worlds(settings.key, analysed))
+    num_f, num_w = worlds.key.shape
+    size = 1 << settings.game.num_players
+    return dict(
+        coalition_scores=np.asarray(scores, np.float64),
+        coalition_choices=np.asarray(choices),
+        evaluations=num_f * (num_w + 1) * size,
+    )
+
+
+@compiled("batch.coalitions")
+def _coalition_function(game: Game):
+    """Compiled: `(cases [A], worlds [A, W], recorded [A, 1]) -> (scores [A, W, 2^n],
+    choices [A, 2^n, sites])`, coalition m fixing player j when bit j of m is set."""
+    pipeline, structure, players, variants, mode, _ = game
+    n = len(players)
+    masks = np.array([[(m >> j) & 1 for j in range(n)] for m in range(1 << n)], bool)
+
+    def one(case, worlds, recorded):
+        scores = jax.vmap(lambda w: coalition_values(pipeline, structure, case, w, players, variants, mode))(worlds)
+        world = jax.tree_util.tree_map(lambda x: x[0], recorded)
+
+        def choices(mask):
+            plan = mask_plan(structure, players, variants, mask)
+            return trace_run(pipeline, structure, case, world, plan, mode)["choice"]
+
+        return scores, jax.vmap(choices)(jnp.asarray(masks))
+
+    return jax.jit(jax.vmap(one))
 
 
 def _worlds(settings: BatchSettings, sub_cases, ids, choices) -> World:
@@ -588,6 +642,10 @@ class BatchResult(JSONExport, eqx.Module):
     - `evaluations`: pipeline runs made: one per case (run as it happened), one per failure to
       analyse (its fully fixed run, for the drill-down), plus the analysis's coalition
       evaluations.
+    - `coalition_scores`: `Float[np.ndarray, "A W 2**n"]`, every coalition's score in every
+      world (coalition m fixes step j when bit j of m is set), and `coalition_choices`:
+      `Int[np.ndarray, "A 2**n sites"]`, every draw's option under the failure's recorded
+      noise with that coalition's fixes; `None` unless `blame_batch(..., keep_coalitions=True)`.
     """
 
     steps: tuple[str, ...] = eqx.field(static=True)
@@ -621,6 +679,8 @@ class BatchResult(JSONExport, eqx.Module):
     factual_choice: Int[np.ndarray, "A sites"]
     fixed_choice: Int[np.ndarray, "A sites"]
     factual_score: Float[np.ndarray, " A"]
+    coalition_scores: Float[np.ndarray, "A W 2**n"] | None = None
+    coalition_choices: Int[np.ndarray, "A 2**n sites"] | None = None
 
     @property
     def num_analysed(self) -> int:
@@ -638,18 +698,25 @@ class BatchResult(JSONExport, eqx.Module):
 
         return batch_dataframe(self)
 
-    def to_html(self) -> str:
-        """A single self-contained HTML report (no network, no external assets)."""
+    def to_html(self, *, interactive: bool = False) -> str:
+        """A single self-contained HTML report (no network, no external assets). With
+        `interactive=True`, the page where the reader toggles fixes and edits coalitions and
+        every rule is recomputed in the browser (`blamejax.report.interactive_html`; needs
+        `blame_batch(..., keep_coalitions=True)`)."""
+        if interactive:
+            from ..report import interactive_html
+
+            return interactive_html(self)
         from ..report import batch_html
 
         return batch_html(self)
 
-    def save_html(self, path) -> None:
-        """Write `to_html()` to `path` (UTF-8), atomically: a failed write leaves an existing
-        file as it was."""
+    def save_html(self, path, *, interactive: bool = False) -> None:
+        """Write `to_html(interactive=interactive)` to `path` (UTF-8), atomically: a failed
+        write leaves an existing file as it was."""
         from ..report import write_atomic
 
-        write_atomic(path, self.to_html())
+        write_atomic(path, self.to_html(interactive=interactive))
 
     def _repr_html_(self) -> str:
         return self.to_html()

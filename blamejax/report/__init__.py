@@ -13,6 +13,8 @@ from ._batch import batch_dataframe as batch_dataframe
 from ._batch import batch_html as batch_html
 from ._batch import batch_table as batch_table
 from ._batch import batch_to_dict as batch_to_dict
+from ._interactive import interactive_html as interactive_html
+from ._interactive import interactive_reduction as interactive_reduction
 from ._json import JSONExport as JSONExport
 from ._json import json_ready as json_ready
 from ._json import read_json as read_json
