@@ -1,4 +1,4 @@
-"""The command line: `python -m blamejax demo NAME`."""
+"""The command line: `python -m blamejax demo NAME` and `python -m blamejax whowhen PATH`."""
 
 from __future__ import annotations
 
@@ -102,6 +102,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--permutations", type=int, default=None, help="`rag`: permutations per failure for Monte Carlo and the noise-sharing measurement (default 64)")
     demo.add_argument("--skip-noise-sharing", action="store_true", help="`rag`: skip the common-random-numbers variance measurement")
     demo.add_argument("--no-progress", action="store_true", help="hide progress bars (`rag`, `stopping`)")
+    demo.add_argument("--compile-cache", default=None, metavar="DIR", help="folder of JAX's persistent compilation cache, so a later run loads what this one compiled (default: $BLAMEJAX_COMPILE_CACHE, else $XDG_CACHE_HOME/blamejax/jax, else ~/.cache/blamejax/jax)")
+    demo.add_argument("--no-compile-cache", action="store_true", help="compile everything afresh and keep nothing on disk")
+    whowhen = sub.add_parser("whowhen", help="score who-and-when predictions on labelled runs, beside offline baselines")
+    whowhen.add_argument("path", help="labelled runs: a Who&When .json file or folder, or a .jsonl trace file or folder")
+    whowhen.add_argument("--predictions", default=None, help="JSON file {run id: {\"agent\": str, \"step\": int}} of a method to score")
+    whowhen.add_argument("--substring", action="store_true", help="also show the original benchmark's substring step scoring (inflated; for comparison only)")
+    whowhen.add_argument("--seed", type=_seed, default=0, help="seed of the inferred noise when blamejax blames runs that carry logits (default 0)")
     return parser
 
 
@@ -133,7 +140,24 @@ def main(argv=None) -> int:
             parser.error(f"--worlds must be at least 1, got {args.worlds}")
         if args.permutations < 2:
             parser.error(f"--permutations must be at least 2, got {args.permutations}")
+        if args.compile_cache is not None and args.no_compile_cache:
+            parser.error("--compile-cache and --no-compile-cache: give one of them, not both")
+        if not args.no_compile_cache:
+            from ._compile import enable_compile_cache
+
+            try:
+                enable_compile_cache(args.compile_cache)
+            except OSError as error:
+                parser.error(f"--compile-cache: cannot use the folder: {error}")
         return DEMOS[args.name](args)
+    if args.command == "whowhen":
+        from .traces import whowhen_report
+
+        try:
+            print(whowhen_report(args.path, predictions=args.predictions, substring=args.substring, seed=args.seed))
+        except (OSError, ValueError) as error:
+            parser.error(str(error))
+        return 0
     return 2
 
 
