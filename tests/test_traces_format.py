@@ -205,6 +205,22 @@ def test_the_fixtures_round_trip(tmp_path):
         assert T.to_record(T.from_record(json.loads(line))) == record
 
 
+def test_line_separators_inside_strings_do_not_split_a_line(tmp_path):
+    """JSON strings may hold U+2028, U+2029 and U+0085 unescaped (and `write` writes them so);
+    only "\\n" ends a line. A byte-order mark and CRLF line ends are read too."""
+    text = "a\u2028b\u2029c\x85d\x1ce\r\nf"
+    run = T.Run("sep", (T.Step("s\u2028", output=text, extra={"k\x85": text}),), passed=False)
+    path = tmp_path / "runs.jsonl"
+    T.write(path, [run])
+    assert "\u2028" in path.read_text(encoding="utf-8")  # written as it is
+    assert T.read(path) == [run]
+    record = json.dumps(T.to_record(run), ensure_ascii=False)
+    path.write_bytes(
+        ("\ufeff" + record + "\r\n" + record.replace('"sep"', '"sep2"') + "\r\n").encode()
+    )
+    assert [r.run for r in T.read(path)] == ["sep", "sep2"]
+
+
 def test_write_checks_every_run_and_writes_nothing_on_a_problem(tmp_path):
     path = tmp_path / "runs.jsonl"
     path.write_text("old\n")

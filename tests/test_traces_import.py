@@ -318,3 +318,24 @@ def test_broken_openinference_decisions_name_the_span_and_attribute():
     assert [(p.line, p.field) for p in loaded.problems] == [(line, f) for line, f, _ in expected]
     for p, (_, _, pattern) in zip(loaded.problems, expected):
         assert re.search(pattern, p.message), p.message
+
+
+def test_every_imported_run_passes_the_json_schema(tmp_path):
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads(T.SCHEMA_PATH.read_text(encoding="utf-8"))
+    validator = jsonschema.Draft202012Validator(schema)
+    runs = [
+        *T.from_whowhen(DATA / "whowhen" / "hand-crafted-1.json"),
+        *T.from_whowhen(DATA / "whowhen" / "broken", errors="collect").runs,
+        *T.from_otel(DATA / "otel" / "genai.json", outcomes={UNSET_TRACE: True}),
+        *T.from_otel(DATA / "otel" / "batches.jsonl"),
+        *T.from_openinference(DATA / "openinference" / "router.json"),
+    ]
+    if WHOWHEN.is_dir():
+        runs += T.from_whowhen(WHOWHEN)
+    T.write(tmp_path / "all.jsonl", runs)
+    lines = (tmp_path / "all.jsonl").read_text(encoding="utf-8").split("\n")[:-1]
+    assert len(lines) == len(runs)
+    for line in lines:
+        errors = list(validator.iter_errors(json.loads(line)))
+        assert not errors, errors[0].message

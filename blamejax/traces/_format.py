@@ -316,6 +316,15 @@ def _load_lines(lines: Iterable[str], file: str, seen: dict):
     return runs, problems, skipped
 
 
+def split_lines(text: str) -> list[str]:
+    """The lines of a JSON Lines text: split at "\\n" only (str.splitlines would also split
+    at U+2028 and U+0085, which JSON strings may hold unescaped), a final "\\r" dropped."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]
+
+
 def _files(path) -> list[Path]:
     path = Path(os.fspath(path))
     if path.is_dir():
@@ -332,7 +341,7 @@ def _load(path):
     runs, problems, skipped, seen = [], [], 0, {}
     for file in _files(path):
         try:
-            lines = file.read_text(encoding="utf-8").splitlines()
+            lines = split_lines(file.read_text(encoding="utf-8-sig"))
         except (OSError, UnicodeDecodeError) as e:
             problems.append(Problem(str(file), None, "", f"cannot be read as UTF-8 text: {e}"))
             skipped += 1

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 from ._check import shown
-from ._format import Problem
+from ._format import Problem, split_lines
 
 _STATUS = {
     0: "UNSET", 1: "OK", 2: "ERROR",
@@ -96,9 +96,14 @@ def _files(path) -> list[Path]:
 def _documents(file: Path, problems):
     """(line or None, parsed object) for each OTLP export in a file; a .jsonl file holds one
     per line (as the collector's file exporter writes), a .json file one in all."""
-    text = file.read_text(encoding="utf-8")
+    try:
+        text = file.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as e:
+        problems.append(Problem(str(file), None, "", f"cannot be read as UTF-8 text: {e}"))
+        yield None, _UNREADABLE
+        return
     chunks = (
-        [(n, t) for n, t in enumerate(text.splitlines(), 1) if t.strip()]
+        [(n, t) for n, t in enumerate(split_lines(text), 1) if t.strip()]
         if file.suffix == ".jsonl"
         else [(None, text)]
     )

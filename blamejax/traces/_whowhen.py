@@ -202,7 +202,7 @@ def from_whowhen(path, *, errors: str = "raise", passed: bool | None = None, pre
     runs, problems, skipped = [], [], 0
     for file in _files(path):
         try:
-            data = json.loads(file.read_text(encoding="utf-8"))
+            data = json.loads(file.read_text(encoding="utf-8-sig"))
         except json.JSONDecodeError as e:
             problems.append(
                 Problem(str(file), e.lineno, "", f"not valid JSON: {e.msg} at column {e.colno}")
