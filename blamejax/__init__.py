@@ -31,6 +31,7 @@ from . import stats as stats
 from . import traces as traces
 from . import worlds as worlds
 from ._compile import clear_caches as clear_caches
+from ._compile import enable_compile_cache as enable_compile_cache
 from ._game import Game as Game
 from .differentiable import FitResult as FitResult
 from .differentiable import fit_fixes as fit_fixes

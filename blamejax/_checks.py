@@ -175,3 +175,30 @@ def check_scores_in_range(low: float, high: float, score_range, explain=None, na
             f"the pipeline returned scores in [{float(low)}, {float(high)}], outside the declared "
             f"`score_range` {tuple(score_range)}; declare the true range (the confidence bounds use it)"
         )
+
+
+class NotAFailureWarning(UserWarning):
+    """The runs given as failures already reach the top of the score range in their factual
+    run under every supplied world, so there is nothing to repair and their blame is zero (or
+    only the harm a fix does): the worlds most likely do not reproduce those failures."""
+
+
+def warn_not_failures(empty, score_range, what: str = "failures") -> None:
+    """Warn (`NotAFailureWarning`) when some of the `what` have v(empty), the factual score
+    averaged over their worlds, at the top of `score_range`."""
+    empty = np.asarray(empty, dtype=np.float64)
+    passing = np.flatnonzero(empty >= float(score_range[1]))
+    if passing.size == 0:
+        return
+    shown = ", ".join(str(int(i)) for i in passing[:10]) + (", ..." if passing.size > 10 else "")
+    import warnings
+
+    warnings.warn(
+        f"{passing.size} of {empty.size} {what} ({shown}) already score the top of "
+        f"`score_range` ({float(score_range[1])}) in their factual run under every supplied "
+        "world, so their blame is zero: the `worlds` do not reproduce these failures (were they "
+        "made with another key, or for other case ids?). To blame such runs on purpose, filter "
+        "this warning: warnings.simplefilter('ignore', bj.estimators.NotAFailureWarning)",
+        NotAFailureWarning,
+        stacklevel=3,
+    )

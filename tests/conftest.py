@@ -1,5 +1,11 @@
+import os
+
 import jax
 import pytest
+
+# The command line switches on JAX's persistent compilation cache; the tests keep it off so
+# that they neither read nor fill a folder on this machine.
+os.environ["BLAMEJAX_COMPILE_CACHE"] = "off"
 
 # Strict dtype and rank promotion, as equinox tests do: implicit promotion hides bugs.
 jax.config.update("jax_numpy_dtype_promotion", "strict")

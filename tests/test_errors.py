@@ -147,6 +147,13 @@ def cond_pipeline(ctx, case):
     )
 
 
+def scan_pipeline(ctx, x):
+    def body(total, _):
+        return total + ctx.choose("a", x).take(jnp.zeros(3)), None
+
+    return jax.lax.scan(body, jnp.zeros(()), None, length=2)[0]
+
+
 def branching_pipeline(ctx, x):
     choice = ctx.choose("a", x)
     return 1.0 if choice.index == 0 else 0.0
@@ -233,9 +240,10 @@ ROWS: list[Row] = [
         ("python-branch-on-a-choice", "if choice.index == 0: ... (a Python branch on a drawn value)",
          bad_pipeline(branching_pipeline), TypeError, ("`pipeline`", "jnp.where")),
         ("ctx-choose-inside-lax-cond", "ctx.choose inside jax.lax.cond",
-         lambda: bj.exact_blame(cond_pipeline, X, WORLDS), ValueError, ("ctx.choose", "lax.cond"),
-         "discovery passes; exact_blame then fails inside JAX with UnexpectedTracerError "
-         "'Encountered an unexpected tracer...' (the README's Limits say this is not allowed)"),
+         lambda: bj.exact_blame(cond_pipeline, X, WORLDS), ValueError,
+         ("step 'a': `ctx.choose` was called inside a JAX control-flow", "jax.lax.cond", "jnp.where")),
+        ("ctx-choose-inside-lax-scan", "ctx.choose inside jax.lax.scan",
+         bad_pipeline(scan_pipeline), ValueError, ("step 'a'", "lax.scan", "top level")),
     ),
     *rows(
         "Cases",

@@ -2,9 +2,11 @@
 intervals, and batch blame over a test set.
 """
 
+from .._checks import NotAFailureWarning as NotAFailureWarning
 from ._batch import NOISE_MODES as NOISE_MODES
 from ._batch import BatchResult as BatchResult
 from ._batch import blame_batch as blame_batch
+from ._checkpoint import CheckpointError as CheckpointError
 from ._exact import ExactResult as ExactResult
 from ._exact import exact_blame as exact_blame
 from ._mc import MCEstimate as MCEstimate

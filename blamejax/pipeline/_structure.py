@@ -79,6 +79,7 @@ class _Recorder:
     def __init__(self):
         self.sites: list[Site] = []
         self.values: list[ValueSite] = []
+        self.draws: list = []  # each draw's index, touched once the pipeline has returned
 
     def choose(self, step, logits, given=None, slot: int = 0):
         from ._context import Choice, check_choose_args
@@ -112,6 +113,7 @@ class _Recorder:
         )
         row = logits[(0,) + (0,) * (logits.ndim - 2)]
         index = jnp.argmax(row).astype(jnp.int32)
+        self.draws.append((step, index))
         return Choice(index=index, probs=None, num_options=int(num_options))
 
     def deterministic(self, name: str, value):
@@ -160,10 +162,31 @@ def discover(pipeline: Callable, case) -> Structure:
     return cached("structure", cache_key, lambda: _discover(pipeline, case))
 
 
+def _run_at_top(recorder: _Recorder, pipeline: Callable, case):
+    """Run `pipeline` on the recorder and refuse a draw made below the pipeline's own trace:
+    one inside the user's `lax.cond`/`lax.scan`/`lax.while_loop` (or a nested `jit`/`vmap`)
+    would leak out of that function's trace, and JAX would fail later with a leaked-tracer error
+    that does not say why."""
+    top = getattr(jnp.zeros(()), "_trace", None)  # the trace the pipeline itself runs in
+    out = pipeline(recorder, case)
+    for step, index in recorder.draws:
+        trace = getattr(index, "_trace", None)
+        if top is not None and trace is not None and trace is not top:
+            raise ValueError(
+                f"step {step!r}: `ctx.choose` was called inside a JAX control-flow or "
+                "transformed function (`jax.lax.cond`, `lax.switch`, `lax.scan`, "
+                "`lax.while_loop`, `lax.fori_loop`, a nested `jit` or `vmap`); the context must "
+                "see every draw at the top level of the pipeline. Make every draw "
+                "unconditionally and pick between results with `jnp.where`, and loop in Python "
+                "over a static number of steps"
+            )
+    return out
+
+
 def _discover(pipeline: Callable, case) -> Structure:
     recorder = _Recorder()
     try:
-        out = jax.eval_shape(lambda c: pipeline(recorder, c), case)
+        out = jax.eval_shape(lambda c: _run_at_top(recorder, pipeline, c), case)
     except jax.errors.TracerBoolConversionError as error:
         raise TypeError(
             "`pipeline` branches in Python (`if`, `while`, `and`/`or`) on a value it computed "
