@@ -14,6 +14,7 @@ start fresh.
     python benchmarks/bench_exact.py                  # sizes 8, 12, 16, 20, 24
     python benchmarks/bench_exact.py --quick          # small sizes, a smoke run
     python benchmarks/bench_exact.py --sizes 8,12 --x64   # float64 (also JAX_ENABLE_X64=1)
+    python benchmarks/bench_exact.py --scale          # F = 100,000 at n = 12, 10,000 at n = 16
 
 Run from the repository root (the script puts it on `sys.path`). Results go to
 `benchmarks/results/bench_exact.md` and `.json` (`bench_exact_x64.*` under float64).
@@ -47,6 +48,10 @@ SIZES = {
     24: (1, 1, None, None),
 }
 QUICK_SIZES = {4: (16, 2, None, None), 6: (16, 2, None, None), 8: (8, 2, None, None)}
+# Exact blame at scale (the scale issue): many failures, memory flat in F (the calls are
+# chunked), the target in ns per failure x world x coalition, not a ratio.
+SCALE_SIZES = {12: (100_000, 1, None, None), 16: (10_000, 1, None, None)}
+SCALE_NS_TARGET = 3.0
 COMPILE_TARGET_S = 2.0
 WARMUP_S = 0.5  # untimed calls between the first (compiling) call and the timed ones
 MEMORY_TARGET_MB = {24: 512.0}
@@ -409,8 +414,8 @@ def run_size(num_steps, num_failures, num_worlds, repeats, budget_s, generic, se
 # -- the driver -------------------------------------------------------------------------------
 
 
-def _size_config(n: int, quick: bool):
-    table = QUICK_SIZES if quick else SIZES
+def _size_config(n: int, quick: bool, scale: bool = False):
+    table = SCALE_SIZES if scale else QUICK_SIZES if quick else SIZES
     if n in table:
         return table[n]
     return (max(1, 2**14 >> n), 1, None, None)
@@ -436,7 +441,9 @@ def _targets(row) -> list[str]:
         mark(f"ratio>={config[2]:.0f}", row["ratio"] >= config[2])
     if config[3] is not None:
         mark(f"<={config[3]:.0f}ms", row["blamejax"]["steady_median_s"] * 1e3 <= config[3])
-    if timed:
+    if timed and row.get("scale"):
+        mark(f"<={SCALE_NS_TARGET:g}ns/elem", row["per_element_ns"] <= SCALE_NS_TARGET)
+    elif timed:
         mark(f"compile<={COMPILE_TARGET_S:.0f}s", row["blamejax"]["compile_s"] <= COMPILE_TARGET_S)
     if n in MEMORY_TARGET_MB and timed:
         mark(
@@ -554,6 +561,10 @@ def main(argv=None) -> int:
         help="reference seconds per size (default 20, quick 2)",
     )
     parser.add_argument("--no-generic", action="store_true", help="skip the free-form path")
+    parser.add_argument(
+        "--scale", action="store_true",
+        help="the at-scale rows: F = 100,000 at n = 12 and F = 10,000 at n = 16 (free-form path skipped)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="results path without extension")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -569,8 +580,10 @@ def main(argv=None) -> int:
         return 0
 
     x64 = args.x64 or os.environ.get("JAX_ENABLE_X64", "").lower() in ("1", "true")
+    if args.scale:
+        args.no_generic = True
     if args.sizes is None:
-        sizes = sorted(QUICK_SIZES if args.quick else SIZES)
+        sizes = sorted(SCALE_SIZES if args.scale else QUICK_SIZES if args.quick else SIZES)
     else:
         sizes = [int(s) for s in args.sizes.split(",")]
     repeats = args.repeats or (3 if args.quick else 31)
@@ -579,7 +592,7 @@ def main(argv=None) -> int:
     env["PYTHONPATH"] = os.pathsep.join([ROOT, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     rows, failed = [], []
     for n in sizes:
-        num_failures, num_worlds, _, _ = _size_config(n, args.quick)
+        num_failures, num_worlds, _, _ = _size_config(n, args.quick, args.scale)
         command = [
             sys.executable,
             os.path.abspath(__file__),
@@ -601,6 +614,7 @@ def main(argv=None) -> int:
             continue
         row = json.loads(lines[-1][len("RESULT ") :])
         row["quick"] = args.quick
+        row["scale"] = args.scale
         rows.append(row)
         print("   " + ", ".join(_targets(row)), flush=True)
 
@@ -616,7 +630,7 @@ def main(argv=None) -> int:
     print()
     print(report)
     if args.out is not None or not args.quick:
-        stem = args.out or os.path.join(HERE, "results", "bench_exact" + ("_x64" if x64 else ""))
+        stem = args.out or os.path.join(HERE, "results", "bench_exact" + ("_scale" if args.scale else "") + ("_x64" if x64 else ""))
         os.makedirs(os.path.dirname(os.path.abspath(stem)), exist_ok=True)
         with open(stem + ".md", "w") as f:
             f.write(report)
