@@ -339,3 +339,15 @@ def test_every_imported_run_passes_the_json_schema(tmp_path):
     for line in lines:
         errors = list(validator.iter_errors(json.loads(line)))
         assert not errors, errors[0].message
+
+
+def test_openinference_output_messages_are_joined_in_index_order(tmp_path):
+    attributes = [
+        {"key": f"llm.output_messages.{i}.message.content", "value": {"stringValue": text}}
+        for i, text in [(10, "third"), (2, "second"), (0, "first")]
+    ]
+    spans = [{"traceId": "t", "spanId": "s", "name": "llm", "attributes": attributes}]
+    path = tmp_path / "spans.json"
+    path.write_text(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}))
+    [run] = T.from_openinference(path, outcomes={"t": 0.0})
+    assert run.steps[0].output == "first\nsecond\nthird" and run.score == 0.0

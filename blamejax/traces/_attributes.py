@@ -121,10 +121,9 @@ def openinference_fields(span, agent_above, used) -> dict:
     if isinstance(output, str):
         used.add("output.value")
     else:
-        contents = [
-            a[k] for k in a if re.fullmatch(r"llm\.output_messages\.\d+\.message\.content", k)
-        ]
-        output = "\n".join(c for c in contents if isinstance(c, str)) or None
+        found = (re.fullmatch(r"llm\.output_messages\.(\d+)\.message\.content", k) for k in a)
+        contents = sorted((int(m.group(1)), a[m.group(0)]) for m in found if m)  # by index
+        output = "\n".join(c for _, c in contents if isinstance(c, str)) or None
     tokens = _tokens(
         a, (("input", "llm.token_count.prompt"), ("output", "llm.token_count.completion")), used
     )
