@@ -257,6 +257,10 @@ def test_from_record_and_bad_arguments():
     with pytest.raises(TypeError, match=r"path_or_lines\[0\] must be a str, got bytes"):
         T.validate([b"{}"])
     assert T.validate(["", "   "]) == []  # blank lines hold no run
+    with pytest.raises(T.TraceError) as e:  # every problem kept; the message quotes 50
+        T.from_record({"format": T.FORMAT, "run": "r", "steps": [{"name": 1}] * 60, "score": 0})
+    assert len(e.value.problems) == 60 and len(str(e.value).splitlines()) == 1 + 50 + 1
+    assert str(e.value).endswith("... and 10 more (all of them in .problems)")
 
 
 def test_the_schema_ships_in_the_package():

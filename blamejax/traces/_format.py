@@ -18,6 +18,7 @@ from ..report import write_atomic
 from ._check import FORMAT, NEG_INF, check_run, parse_line
 
 ERRORS = ("raise", "collect")
+SHOWN = 50  # problems quoted in a TraceError's message
 
 
 def _tuple(value):
@@ -116,12 +117,16 @@ class TraceError(ValueError):
         head = f"{count} problem{'s' if count != 1 else ''} in trace data"
         if skipped:
             head += f" ({skipped} item{'s' if skipped != 1 else ''} could not be loaded)"
-        super().__init__(head + ":\n" + "\n".join(f"  {p}" for p in self.problems))
+        shown = [f"  {p}" for p in self.problems[:SHOWN]]
+        if count > SHOWN:
+            shown.append(f"  ... and {count - SHOWN} more (all of them in .problems)")
+        super().__init__(head + ":\n" + "\n".join(shown))
 
 
 class Loaded(NamedTuple):
-    """What `errors="collect"` gives: the good runs, every problem, and how many items
-    (lines of a trace file, files or traces of an importer) were skipped because of them."""
+    """What `errors="collect"` gives: the good runs, every problem, and how many items were
+    skipped because of them: runs (lines) of trace files; files for `from_whowhen`; traces,
+    and exports that could not be parsed, for `from_otel` and `from_openinference`."""
 
     runs: list[Run]
     problems: list[Problem]
