@@ -74,15 +74,14 @@ def test_reference_matches_brute_force_and_jax():
         last = rng.integers(-1, n, size=(4, 3))
         out = interactive_reduction(scores, last, 0.5)
         dtype = jax.dtypes.canonicalize_dtype(np.float64)
+        attribute = jax.jit(jax.vmap(lambda v: bj.reduction.attribute(v, interactions=False)))
+        jax_values = attribute(jax.numpy.asarray(scores.mean(1), dtype))
+        tol = 8 * n * float(np.finfo(dtype).eps)
+        for name in ("shapley", "banzhaf", "fix_alone", "leave_one_out"):
+            np.testing.assert_allclose(out[name], getattr(jax_values, name), rtol=0, atol=tol)
         for f in range(4):
             v = scores[f].mean(0)
             np.testing.assert_allclose(out["shapley"][f], _brute_shapley(v.tolist(), n), rtol=0, atol=1e-15)
-            jax_values = bj.reduction.attribute(jax.numpy.asarray(v, dtype), interactions=False)
-            tol = 8 * n * float(np.finfo(dtype).eps)
-            np.testing.assert_allclose(out["shapley"][f], jax_values.shapley, rtol=0, atol=tol)
-            np.testing.assert_allclose(out["banzhaf"][f], jax_values.banzhaf, rtol=0, atol=tol)
-            np.testing.assert_allclose(out["fix_alone"][f], jax_values.fix_alone, rtol=0, atol=tol)
-            np.testing.assert_allclose(out["leave_one_out"][f], jax_values.leave_one_out, rtol=0, atol=tol)
             assert out["resolve"][f] == [float(np.mean(scores[f, :, 1 << i] >= 0.5)) for i in range(n)]
             assert out["last_step"][f] == [float(np.mean(last[f] == i)) for i in range(n)]
         assert out["batch"]["last_step_rate"] == [float(np.mean(last == i)) for i in range(n)]
@@ -405,7 +404,8 @@ def test_page_by_mouse_and_keyboard(result, page):
     python = _reference(result, scores)
     _same(json.loads(page.js("blamejax.numbers()")), python)
     # The success rate typed into its field and set by keyboard.
-    page.js("document.getElementById('bj-rate').focus()")
+    assert float(page.js("document.getElementById('bj-rate').value")) == python["value"][1][m]  # prefilled
+    page.js("const r = document.getElementById('bj-rate'); r.value = ''; r.focus()")
     for ch in "0.25":
         page.call("Input.insertText", text=ch)
     page.key("Enter", "Enter", 13, "\r")

@@ -48,8 +48,9 @@ of m is set):
 The intervals of the batch report are not recomputed on the page: they need logarithms and
 quantiles, which JavaScript does not round as Python does.
 
-The file's size grows like A W 2^n numbers; the 146 failures of `python -m blamejax demo rag`
-give pages of about 0.1 to 0.3 MB.
+The file's size grows like A W 2^n numbers: for the 146 failures of `python -m blamejax demo
+rag` (n = 4) it is 0.06 MB under recorded noise and 0.13 MB with 8 inferred or fresh worlds
+(the command prints each page's size).
 """
 
 from __future__ import annotations

@@ -292,6 +292,7 @@
       (worlds.length > 1 ? "; scores per world: " + worlds.map(function (x) { return fmt(x, 3); }).join(", ") : "") +
       (edited[f][m] ? "; edited" : "") + ".";
     info.setAttribute("data-value", String(v));
+    if (document.activeElement !== rate) rate.value = String(v);
     // The outputs of every draw under the failure's recorded noise.
     var ch = data.failures[f].choices;
     var out = table("bj-outputs", "Each step's output under this failure's recorded noise",
