@@ -366,7 +366,7 @@ def test_page_numbers_equal_python_bit_for_bit(result, page):
     page.js("blamejax.setRate(2, 5, 0.3)")
     scores[2, :, 5] = 0.3
     for f, m in ((0, size - 1), (1, 0)):
-        passes = scores[f, :, m].mean() >= result.threshold
+        passes = _reference(result, scores)["value"][f][m] >= result.threshold
         page.js(f"blamejax.flip({f}, {m})")
         scores[f, :, m] = result.score_range[0] if passes else result.score_range[1]
     _same(json.loads(page.js("blamejax.numbers()")), _reference(result, scores))
@@ -397,7 +397,7 @@ def test_page_by_mouse_and_keyboard(result, page):
     shown = float(page.js("document.getElementById('bj-coalition').dataset.value"))
     assert shown == _reference(result, scores)["value"][1][m]
     # Enter on the focused flip button flips that coalition.
-    passes = scores[1, :, m].mean() >= result.threshold
+    passes = _reference(result, scores)["value"][1][m] >= result.threshold
     page.js("document.getElementById('bj-flip').focus()")
     page.key("Enter", "Enter", 13, "\r")
     scores[1, :, m] = result.score_range[0] if passes else result.score_range[1]
@@ -417,6 +417,13 @@ def test_page_by_mouse_and_keyboard(result, page):
         "Array.from(document.querySelectorAll('#bj-batch tr[data-step] td[data-value]')).map(td => td.dataset.value)"
     )
     assert [float(c) for c in cells[:2]] == [python["batch"]["shapley"][0], python["batch"]["banzhaf"][0]]
+    assert "(1 coalition edited)" in page.js("document.querySelector('#bj-batch caption').textContent")
+    # A coalition's select button, pressed by keyboard, selects it and keeps the focus.
+    page.js("document.querySelector('button[data-coalition=\"5\"]').focus()")
+    page.key("Enter", "Enter", 13, "\r")
+    assert json.loads(page.js("blamejax.view()")) == {"failure": 1, "coalition": 5}
+    assert page.js("document.activeElement.dataset.coalition") == "5"
+    page.js("blamejax.select(1, " + str(m) + ")")
     # The outputs shown for the coalition are the stored ones.
     options = page.js("Array.from(document.querySelectorAll('#bj-outputs td[data-option]')).map(td => td.dataset.option)")
     assert [int(o) for o in options] == result.coalition_choices[1, m].tolist()

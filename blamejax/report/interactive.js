@@ -263,7 +263,10 @@
 
   function renderBatch() {
     var b = result.batch;
-    var t = table("bj-batch", "Recomputed from the coalition tables of all " + scores.length + " failures",
+    var count = 0;
+    edited.forEach(function (e) { count += Object.keys(e).length; });
+    var t = table("bj-batch", "Recomputed from the coalition tables of all " + scores.length + " failures" +
+      (count ? " (" + count + " coalition" + (count > 1 ? "s" : "") + " edited)" : ""),
       ["step", "mean Shapley", "mean Banzhaf", "mean fix-alone", "mean leave-one-out",
         "share of repair", "fix-alone resolves", "last-step blame"]);
     data.steps.forEach(function (step, i) {
@@ -338,7 +341,12 @@
       tr.appendChild(td);
       all.appendChild(tr);
     }
+    var focused = document.activeElement && document.activeElement.getAttribute("data-coalition");
     coalitionsHolder.replaceChildren(all);
+    if (focused !== null && focused !== undefined) {  // keep the keyboard's place in the rebuilt table
+      var again = all.querySelector('button[data-coalition="' + focused + '"]');
+      if (again) again.focus();
+    }
   }
 
   function update() {
