@@ -15,6 +15,7 @@ worlds; `_batch_step` analyses one block of failures and decides the checkpoints
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
@@ -33,7 +34,16 @@ from ..coalitions import coalition_values, last_step_blame, mask_plan, mask_valu
 from ..noise import world_key
 from ..pipeline import Hard, World, check_finite_logits, trace_run
 from ..report import JSONExport
-from ..stats import INTERVAL_RULES, checkpoint_interval, checkpoints, top_separated_at
+from ..report import largest_blame as report_largest_blame
+from ..report import step_order as report_step_order
+from ..stats import (
+    INTERVAL_RULES,
+    BatchIntervals,
+    batch_intervals,
+    checkpoint_interval,
+    checkpoints,
+    top_separated_at,
+)
 from ..worlds import fresh_worlds, inferred_worlds, recorded_worlds
 from ._exact import exact_run, explain_nan, take_rows
 from ._mc import mc_shapley_fixed
@@ -403,6 +413,7 @@ def _batch_finish(settings: BatchSettings, front: BatchFront, state: BatchState,
         evaluations=int(state.evaluations),
         separated=state.separated_at[settings.interval] is not None,
         separated_at=state.separated_at,
+        interval_checkpoint=int(k_last),
         **{name: np.asarray(value) for name, value in arrays.items()},
         **tables,
     )
@@ -637,6 +648,15 @@ class BatchResult(JSONExport, eqx.Module):
       (failure, world) pairs whose last-step blame names the step.
     - `separated_at`: `{rule: failures needed or None}` for every interval rule on the same
       stream of failures; `separated`: whether the chosen rule separated the top step.
+    - `interval_checkpoint`: k, the checkpoint of the failure stream at which `lower`,
+      `upper` and the anytime intervals were formed (0 when nothing was analysed).
+    - `level`, `intervals`: the coverage of the fixed-sample intervals (default 0.95; see
+      `with_level`) and a `blamejax.stats.BatchIntervals` with every interval the reports
+      show (fixed-sample Student t, asymptotic and finite-sample anytime, fix-alone rate),
+      each clipped to the range its quantity can take; computed from the per-failure values.
+    - `step_order`: the steps by mean Shapley value, largest first (every report's order);
+      `largest_blame`: per analysed failure, every step within 1e-6 of the score range of
+      the largest Shapley value (ties), or `()` when the total repair is zero.
     - `factual_choice`, `fixed_choice`: `Int[np.ndarray, "A sites"]`, every draw's option in the
       failed run and in the fully fixed run (world 0), for the drill-down.
     - `evaluations`: pipeline runs made: one per case (run as it happened), one per failure to
@@ -681,6 +701,41 @@ class BatchResult(JSONExport, eqx.Module):
     factual_score: Float[np.ndarray, " A"]
     coalition_scores: Float[np.ndarray, "A W 2**n"] | None = None
     coalition_choices: Int[np.ndarray, "A 2**n sites"] | None = None
+    interval_checkpoint: int = eqx.field(static=True, default=0)
+    level: float = eqx.field(static=True, default=0.95)
+    intervals: BatchIntervals | None = None
+    step_order: tuple[str, ...] | None = eqx.field(static=True, default=None)
+    largest_blame: tuple[tuple[str, ...], ...] | None = eqx.field(static=True, default=None)
+
+    def __post_init__(self):
+        # What the reports show, computed once from the per-failure values.
+        if self.intervals is None:
+            self.intervals = batch_intervals(
+                self.shapley, self.resolve, level=self.level, delta=self.delta,
+                checkpoint=self.interval_checkpoint, score_range=self.score_range,
+            )
+        if self.step_order is None:
+            self.step_order = tuple(self.steps[i] for i in report_step_order(self.mean_shapley))
+        if self.largest_blame is None:
+            self.largest_blame = report_largest_blame(self.shapley, self.total, self.steps, self.score_range)
+
+    @classmethod
+    def _nested(cls) -> dict:
+        return {"intervals": BatchIntervals}
+
+    def with_level(self, level: float) -> BatchResult:
+        """The same result with its fixed-sample intervals at coverage `level` (default
+        0.95); the anytime intervals stay at `1 - delta`."""
+        return dataclasses.replace(self, level=level, intervals=None)
+
+    def plot(self, kind: str = "bars", **kwargs):
+        """A matplotlib `Figure` (needs matplotlib): `kind="bars"`, each step's mean Shapley
+        value with its fixed-sample and anytime intervals beside the baselines;
+        `"failures"`, a heat map of the per-failure Shapley values; `"scatter"`, fix-alone
+        resolve rate against mean Shapley value. See `blamejax.report.plot_batch`."""
+        from ..report import plot_batch
+
+        return plot_batch(self, kind, **kwargs)
 
     @property
     def num_analysed(self) -> int:
@@ -719,7 +774,11 @@ class BatchResult(JSONExport, eqx.Module):
         write_atomic(path, self.to_html(interactive=interactive))
 
     def _repr_html_(self) -> str:
-        return self.to_html()
+        """An HTML fragment for notebooks: no `<html>` or `<body>`, styles scoped to the
+        report's own class."""
+        from ..report import batch_html_fragment
+
+        return batch_html_fragment(self)
 
     def __str__(self) -> str:
         return self.table()

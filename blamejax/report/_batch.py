@@ -1,6 +1,12 @@
-"""Reports of a `BatchResult`: a terminal table, plain dicts/JSON, a pandas DataFrame and a
-single self-contained HTML file (inline CSS and SVG, no script, no network, no external
-assets)."""
+"""Reports of a `BatchResult`: a terminal table, plain dicts/JSON, a pandas DataFrame, an HTML
+fragment for notebooks and a single self-contained HTML page (inline CSS and SVG, no script,
+no network, no external assets).
+
+Every report lists the steps in the same order, by mean Shapley value, largest first
+(`step_order`), and writes every number as a fraction: Shapley values in units of the score,
+shares and rates as fractions of the analysed failures (1 = all of them). Every interval is
+clipped to the range its quantity can take, and a clipped bound is marked.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,7 @@ import html
 
 import numpy as np
 
+from ._chart import batch_chart
 from ._json import result_to_dict
 
 CAVEAT = (
@@ -15,154 +22,334 @@ CAVEAT = (
     "Gumbel-max coupling, which data cannot identify: another coupling with the same "
     "interventional behaviour gives different blame."
 )
+TIE_TOLERANCE = 1e-6  # steps within this share of the score range of the largest value tie
+ORDER_NOTE = "Steps are listed by mean Shapley value, largest first."
+UNITS_NOTE = (
+    "All numbers are fractions: Shapley values in units of the score, shares and rates as "
+    "fractions of the analysed failures (1 = all of them)."
+)
+RULE_NAMES = {"bernstein": "finite-sample (empirical Bernstein)", "normal": "asymptotic (normal)"}
 
 
-def _interval_label(result) -> str:
-    if result.interval == "bernstein":
-        return "empirical Bernstein, finite-sample, anytime valid"
-    return "normal approximation, asymptotic only (no finite-sample guarantee)"
+# --------------------------------------------------------------------------------------
+# What every report shares.
+# --------------------------------------------------------------------------------------
 
 
-def _stopping_lines(result) -> list[str]:
-    lines = []
-    for rule, at in result.separated_at.items():
-        label = "finite-sample Bernstein" if rule == "bernstein" else "asymptotic normal"
+def step_order(mean_shapley) -> tuple[int, ...]:
+    """The indices of the steps by mean Shapley value, largest first (ties and NaN keep
+    pipeline order; NaN last)."""
+    mean = np.asarray(mean_shapley, np.float64)
+    key = np.where(np.isnan(mean), np.inf, -mean)
+    return tuple(int(i) for i in np.argsort(key, kind="stable"))
+
+
+def largest_blame(shapley, total, steps, score_range, tolerance: float = TIE_TOLERANCE):
+    """Per failure, every step whose Shapley value is within `tolerance * (s_max - s_min)` of
+    the largest (in `steps` order), or `()` when the total repair is within that of zero
+    (nothing to blame).
+
+    **Arguments:**
+    - `shapley`: `Float[ndarray, "A n"]`; `total`: `Float[ndarray, "A"]`, v(all) - v(empty).
+    - `steps`: the n step names; `score_range`: `(s_min, s_max)`.
+
+    **Returns:** a tuple of A tuples of step names.
+
+    ```python
+    import numpy as np
+    from blamejax.report import largest_blame
+    phi = np.array([[0.5, 0.5, 0.0], [0.0, 0.0, 0.0], [0.2, 0.7, 0.1]])
+    out = largest_blame(phi, phi.sum(1), ("a", "b", "c"), (0.0, 1.0))
+    assert out == (("a", "b"), (), ("b",))
+    ```
+    """
+    shapley = np.asarray(shapley, np.float64)
+    total = np.asarray(total, np.float64)
+    tol = float(tolerance) * (float(score_range[1]) - float(score_range[0]))
+    out = []
+    for phi, repair in zip(shapley, total, strict=True):
+        if abs(repair) <= tol or not np.isfinite(phi).any():
+            out.append(())
+            continue
+        top = np.nanmax(phi)
+        out.append(tuple(steps[i] for i in np.flatnonzero(phi >= top - tol)))
+    return tuple(out)
+
+
+def _label(names: tuple[str, ...]) -> str:
+    if not names:
+        return "none (no repair)"
+    if len(names) == 1:
+        return names[0]
+    return ", ".join(names) + " (tied)"
+
+
+def _worlds(result) -> int:
+    return int(result.last_step.shape[1]) if result.last_step.ndim == 2 else 1
+
+
+def _percent(level: float) -> str:
+    return f"{100 * level:.4g}%"
+
+
+def _interval_notes(result) -> list[str]:
+    """The sentences that say what each interval is, which one the stopping rule read, and
+    where the top step separated."""
+    iv = result.intervals
+    anytime = _percent(1 - result.delta)
+    k = iv.checkpoint
+    notes = [
+        f"Fixed-sample: {_percent(iv.level)} Student t interval over the per-failure Shapley "
+        "values (mean ± t quantile × s / √t). It assumes the analysed failures are independent "
+        "draws from the population of failures and a number of failures fixed in advance; it is "
+        "asymptotic (exact only for normal values; with few failures of skewed values it covers "
+        "less than its level) and not valid after stopping early.",
+        f"Anytime: {anytime} for every look together, formed at checkpoint k = {k} of the failure "
+        f"stream; finite-sample = empirical Bernstein with range width 2 (s_max − s_min), "
+        "guaranteed; asymptotic = normal approximation, no finite-sample guarantee.",
+        f"Fix-alone rate: {_percent(iv.level)} "
+        + ("Wilson score interval (each failure resolved or not)." if iv.resolve_method == "wilson"
+           else "Student t interval over the per-failure shares of worlds resolved."),
+        "Each interval is clipped to the range its quantity can take: "
+        f"[{iv.shapley_range[0]:g}, {iv.shapley_range[1]:g}] for a mean Shapley value, [0, 1] for "
+        "a rate; a clipped bound is marked *.",
+    ]
+    used = RULE_NAMES[result.interval]
+    notes.append(f"The stopping rule reads the {anytime} anytime {used} interval.")
+    for rule in (result.interval, *(r for r in result.separated_at if r != result.interval)):
+        at = result.separated_at[rule]
+        name = RULE_NAMES[rule][:1].upper() + RULE_NAMES[rule][1:]
         if at is None:
-            lines.append(f"{label} rule: top step not separated within {result.num_analysed} failures")
+            notes.append(f"{name} rule: the top step is not separated within {result.num_analysed} failures.")
         else:
-            lines.append(f"{label} rule: top step separated after {at} failures")
+            notes.append(f"{name} rule: the top step is separated after {at} failures.")
+    if result.separated and result.num_analysed == result.separated_at[result.interval] and (
+        result.num_analysed < result.num_failures
+    ):
+        notes.append(
+            "This batch stopped early on the anytime rule, so the fixed-sample interval is shown "
+            "for reference only."
+        )
+    return notes
+
+
+def _order_note(result) -> str:
+    return (
+        "Failures are visited in a seeded random order (a permutation of the test set's "
+        "failures drawn from the key), so the first t of them are a random sample and every "
+        "checkpoint's statistics use the first t; they are listed in that order."
+    )
+
+
+def _drill_note(result) -> str:
+    """What the drill-down's two runs are, in the result's noise mode."""
+    w = _worlds(result)
+    runs = (
+        "Each step's output in the failed run as it happened and in the fully fixed run under "
+        "the same recorded noise; rows that differ are shaded."
+    )
+    if result.noise == "recorded":
+        return runs + " The blame replays exactly that noise."
+    if result.noise == "inferred":
+        return runs + (
+            f" The blame averages {w} posterior worlds abducted from the observed choices, "
+            "which these two runs do not show."
+        )
+    return runs + (
+        f" The blame averages {w} fresh worlds, which these two runs do not show; in them the "
+        "unfixed run can pass, so v(∅), the mean score without fixes over those worlds, can "
+        "be above 0."
+    )
+
+
+def _bound(value: float, clipped: bool, sign: bool = True) -> str:
+    text = f"{value:+.3f}" if sign else f"{value:.3f}"
+    return text + ("*" if clipped else "")
+
+
+def _interval_text(lo, hi, clipped, sign: bool = True) -> str:
+    if np.isnan(lo) or np.isnan(hi):
+        return "n/a"
+    return f"[{_bound(lo, clipped[0], sign)}, {_bound(hi, clipped[1], sign)}]"
+
+
+def _sentence(text: str) -> str:
+    """`text` as a sentence: a capital first letter and a closing full stop."""
+    text = text.strip()
+    text = text[:1].upper() + text[1:]
+    return text if text.endswith((".", "?", "!")) else text + "."
+
+
+def _heading(result) -> list[str]:
+    w = _worlds(result)
+    worlds = "1 world" if w == 1 else f"{w} worlds"
+    lines = [
+        f"Noise: {result.noise}. {_sentence(result.question)}",
+        f"{result.num_cases} cases, {result.num_failures} failures (score < {result.threshold:g}), "
+        f"{result.num_analysed} analysed with the {result.estimator} estimator over {worlds} "
+        f"each; {result.evaluations} pipeline evaluations.",
+    ]
+    if result.num_analysed:
+        lines.append(
+            f"Mean over the analysed failures: v(∅) = {float(np.mean(result.empty)):.3f} (no fix), "
+            f"v(all) = {float(np.mean(result.full)):.3f} (every fix), total repair "
+            f"{float(np.mean(result.total)):+.3f}."
+        )
     return lines
 
 
+def _largest_summary(result) -> str:
+    labels = result.largest_blame
+    single = {}
+    for names in labels:
+        if len(names) == 1:
+            single[names[0]] = single.get(names[0], 0) + 1
+    tied = sum(len(names) > 1 for names in labels)
+    none = sum(len(names) == 0 for names in labels)
+    order = [result.steps[i] for i in step_order(result.mean_shapley)]
+    parts = ", ".join(f"{s} {single[s]}" for s in order if s in single)
+    parts = f" ({parts})" if parts else ""
+    return (
+        f"Largest blame per failure (ties within {TIE_TOLERANCE:g} of the score range): one step in "
+        f"{sum(single.values())}{parts}, tied steps in {tied}, none (zero total repair) in {none}."
+    )
+
+
+# --------------------------------------------------------------------------------------
+# Terminal.
+# --------------------------------------------------------------------------------------
+
+
 def batch_table(result) -> str:
-    """One row per step: mean Shapley [interval], share of repair, fix-alone resolve rate,
-    last-step share."""
-    head = [
-        f"noise: {result.noise} — {result.question}",
-        f"{result.num_cases} cases, {result.num_failures} failures (score < {result.threshold:g}), "
-        f"{result.num_analysed} analysed ({result.estimator}); {result.evaluations} coalition evaluations",
-    ]
+    """The terminal report: the heading, one row per step (by mean Shapley value, largest
+    first) with the fixed-sample and both anytime intervals, then the baselines, what each
+    interval is, the largest blame per failure and the caveat. Every number is a fraction."""
+    head = _heading(result)
     if result.num_analysed == 0:
         head.append(f"No failures: all {result.num_cases} cases passed, so there is nothing to blame.")
         return "\n".join(head)
-    width = max(6, *(len(s) for s in result.steps))
-    cols = f"{'step':<{width}}  {'mean shapley':>12}  {'interval':>19}  {'share':>7}  {'fix-alone':>9}  {'last-step':>9}"
-    lines = head + [f"interval: {1 - result.delta:.0%} {_interval_label(result)}", "", cols, "-" * len(cols)]
-    order = np.argsort(-np.asarray(result.mean_shapley))
+    iv = result.intervals
+    order = step_order(result.mean_shapley)
+    width = max(8, *(len(s) for s in result.steps))
+    fixed = f"{_percent(iv.level)} fixed-sample"
+    finite = f"{_percent(1 - result.delta)} anytime, finite"
+    asym = f"{_percent(1 - result.delta)} anytime, asympt."
+    mark = {"bernstein": finite, "normal": asym}
+    stop = mark[result.interval]
+    mark[result.interval] = stop + " (stop)"
+    cols = [("mean Shapley", 12), (fixed, 22), (mark["bernstein"], 26), (mark["normal"], 26)]
+    header = f"{'step':<{width}}" + "".join(f"  {t:>{w}}" for t, w in cols)
+    lines = head + ["", header, "-" * len(header)]
     for i in order:
-        lines.append(
-            f"{result.steps[i]:<{width}}  {float(result.mean_shapley[i]):>+12.4f}  "
-            f"[{float(result.lower[i]):+.3f}, {float(result.upper[i]):+.3f}]  "
-            f"{float(result.share_of_repair[i]):>7.1%}  {float(result.resolve_rate[i]):>9.1%}  "
-            f"{float(result.last_step_rate[i]):>9.1%}"
-        )
+        cells = [
+            f"{float(result.mean_shapley[i]):+.3f}",
+            _interval_text(iv.fixed_lower[i], iv.fixed_upper[i], iv.fixed_clipped[i]),
+            _interval_text(iv.bernstein_lower[i], iv.bernstein_upper[i], iv.bernstein_clipped[i]),
+            _interval_text(iv.normal_lower[i], iv.normal_upper[i], iv.normal_clipped[i]),
+        ]
+        lines.append(f"{result.steps[i]:<{width}}" + "".join(f"  {c:>{w}}" for c, (_, w) in zip(cells, cols, strict=True)))
+    cols = [("share of repair", 15), ("fix-alone resolves", 18), (f"{_percent(iv.level)} interval", 18), ("last-step blame", 15)]
+    header = f"{'step':<{width}}" + "".join(f"  {t:>{w}}" for t, w in cols)
+    lines += ["", header, "-" * len(header)]
+    for i in order:
+        cells = [
+            f"{float(result.share_of_repair[i]):.3f}",
+            f"{float(result.resolve_rate[i]):.3f}",
+            _interval_text(iv.resolve_lower[i], iv.resolve_upper[i], iv.resolve_clipped[i], sign=False),
+            f"{float(result.last_step_rate[i]):.3f}",
+        ]
+        lines.append(f"{result.steps[i]:<{width}}" + "".join(f"  {c:>{w}}" for c, (_, w) in zip(cells, cols, strict=True)))
     lines.append("")
-    lines.extend(_stopping_lines(result))
+    lines += [ORDER_NOTE, UNITS_NOTE]
+    lines += _interval_notes(result)
+    lines.append(_largest_summary(result))
+    lines.append(_order_note(result))
     lines.append(CAVEAT)
-    return "\n".join(lines)
+    return "\n".join(line.rstrip() for line in lines)
+
+
+# --------------------------------------------------------------------------------------
+# JSON and DataFrame.
+# --------------------------------------------------------------------------------------
 
 
 def batch_to_dict(result) -> dict:
     """Every field of a `BatchResult` as plain Python values, in the strict JSON encoding of
     `result_to_dict` (NaN -> `None`, +-inf -> `"inf"`/`"-inf"`, arrays with their dtype and
-    shape under `"arrays"`)."""
+    shape under `"arrays"`): with `"intervals"` (every interval, clipped, and which bounds
+    were), `"step_order"` and `"largest_blame"` (the reports' order and labels)."""
     return result_to_dict(result)
 
 
 def batch_dataframe(result):
+    """One row per step, by mean Shapley value, largest first; every number a fraction.
+    Columns: the mean Shapley value, its fixed-sample interval (`fixed_*`), its finite-sample
+    and asymptotic anytime intervals (`bernstein_*`, `normal_*`), the share of repair, the
+    fix-alone resolve rate and its interval (`resolve_*`), the last-step rate, and `clipped`
+    (the bounds clipped to the range their quantity can take). `frame.attrs` holds the
+    levels, the methods and the interval the stopping rule read (`stopping_interval`)."""
     try:
         import pandas as pd
     except ImportError as error:
         raise ImportError("`to_dataframe` needs pandas: pip install pandas") from error
-    return pd.DataFrame(
-        {
-            "mean_shapley": np.asarray(result.mean_shapley),
-            "lower": np.asarray(result.lower),
-            "upper": np.asarray(result.upper),
-            "share_of_repair": np.asarray(result.share_of_repair),
-            "fix_alone_resolve_rate": np.asarray(result.resolve_rate),
-            "last_step_rate": np.asarray(result.last_step_rate),
-        },
-        index=pd.Index(result.steps, name="step"),
+    iv = result.intervals
+    order = list(step_order(result.mean_shapley))
+    columns = {"mean_shapley": result.mean_shapley}
+    clipped = [[] for _ in result.steps]
+    for name in ("fixed", "bernstein", "normal"):
+        columns[f"{name}_lower"] = getattr(iv, f"{name}_lower")
+        columns[f"{name}_upper"] = getattr(iv, f"{name}_upper")
+    columns["share_of_repair"] = result.share_of_repair
+    columns["fix_alone_resolve_rate"] = result.resolve_rate
+    columns["resolve_lower"] = iv.resolve_lower
+    columns["resolve_upper"] = iv.resolve_upper
+    columns["last_step_rate"] = result.last_step_rate
+    for name in ("fixed", "bernstein", "normal", "resolve"):
+        flags = np.asarray(getattr(iv, f"{name}_clipped"))
+        for i in range(len(result.steps)):
+            clipped[i] += [f"{name}_{end}" for end, hit in zip(("lower", "upper"), flags[i], strict=True) if hit]
+    frame = pd.DataFrame(
+        {name: np.asarray(value, np.float64)[order] for name, value in columns.items()},
+        index=pd.Index([result.steps[i] for i in order], name="step"),
     )
+    frame["clipped"] = [",".join(clipped[i]) for i in order]
+    frame.attrs.update(
+        level=iv.level,
+        anytime_level=1 - result.delta,
+        fixed_method=iv.fixed_method,
+        resolve_method=iv.resolve_method,
+        stopping_interval=result.interval,
+        checkpoint=iv.checkpoint,
+        order="mean Shapley value, largest first",
+        units="fractions",
+    )
+    return frame
 
 
+# --------------------------------------------------------------------------------------
+# HTML.
+# --------------------------------------------------------------------------------------
+
+SCOPE = "blamejax-report"
 _CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;color:#222;max-width:1100px}
-h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:24px 0 8px}
-.muted{color:#666;font-size:13px} .caveat{background:#fff7e0;border-left:4px solid #e0a800;padding:8px 12px;font-size:13px}
-table{border-collapse:collapse;font-size:13px;margin:6px 0} th,td{padding:3px 10px;border-bottom:1px solid #ddd;text-align:right}
-th:first-child,td:first-child{text-align:left} .differs{background:#fde2e2}
-details{margin:2px 0} summary{cursor:pointer;font-size:13px}
-.legend span{display:inline-block;width:12px;height:12px;margin:0 4px 0 14px;vertical-align:middle}
+.S{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;color:#222;max-width:1100px;line-height:1.35}
+.S h2{font-size:20px;margin:0 0 6px} .S h3{font-size:16px;margin:20px 0 6px}
+.S .muted{color:#555;font-size:13px} .S .caveat{background:#fff7e0;border-left:4px solid #e0a800;padding:8px 12px;font-size:13px}
+.S table{border-collapse:collapse;font-size:13px;margin:6px 0} .S th,.S td{padding:3px 9px;border-bottom:1px solid #ddd;text-align:right}
+.S th:first-child,.S td:first-child{text-align:left} .S tr.differs td{background:#fde2e2}
+.S .stop{background:#eef3fb} .S .clipped{color:#a33}
+.S details{margin:2px 0} .S summary{cursor:pointer;font-size:13px}
+.S ul.notes{font-size:13px;color:#444;margin:4px 0 8px;padding-left:20px} .S ul.notes li{margin:2px 0}
+.S svg{display:block;width:100%;height:auto;max-width:1000px}
 """
 
-_COLORS = {"shapley": "#3366cc", "share": "#8fb3e8", "resolve": "#5aa469", "last": "#d9534f"}
+
+def _style() -> str:
+    return "<style>" + _CSS.replace(".S", f".{SCOPE}").strip() + "</style>"
 
 
-def _chart(result) -> str:
-    """Grouped horizontal bars per step: mean Shapley with interval whiskers, then the
-    baselines (share of repair, fix-alone resolve rate, last-step share)."""
-    n = len(result.steps)
-    left, width, row = 120, 560, 64
-    height = 30 + n * row
-    # The axis covers 0..1 (the shares and rates) and the intervals, clipped to the range a
-    # Shapley value can take, [-R, R] with R the width of the score range: an interval of
-    # few failures can be infinite.
-    reach = float(result.score_range[1] - result.score_range[0])
-    lo = min(0.0, max(-reach, float(np.nanmin(np.asarray(result.lower)))))
-    hi = max(1.0, min(reach, float(np.nanmax(np.asarray(result.upper)))))
-    scale = width / (hi - lo)
-
-    def x(value):
-        return left + (value - lo) * scale
-
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + width + 40}" height="{height}" role="img" aria-label="blame per step">']
-    parts.append(f'<line x1="{x(0):.1f}" y1="10" x2="{x(0):.1f}" y2="{height - 10}" stroke="#999"/>')
-    step_size = _tick_step(hi - lo)
-    for tick in np.arange(np.ceil(lo / step_size) * step_size, hi + 1e-9, step_size):
-        parts.append(f'<text x="{x(tick):.1f}" y="{height - 2}" font-size="10" text-anchor="middle" fill="#666">{tick:.2f}</text>')
-    series = [
-        ("shapley", np.asarray(result.mean_shapley)),
-        ("share", np.asarray(result.share_of_repair)),
-        ("resolve", np.asarray(result.resolve_rate)),
-        ("last", np.asarray(result.last_step_rate)),
-    ]
-    for i, step in enumerate(result.steps):
-        top = 14 + i * row
-        parts.append(f'<text x="{left - 8}" y="{top + 22}" font-size="13" text-anchor="end">{html.escape(step)}</text>')
-        for j, (name, values) in enumerate(series):
-            y = top + j * 12
-            value = float(values[i])
-            a, b = sorted((x(0), x(value)))
-            parts.append(
-                f'<rect class="bar-{name}" data-step="{html.escape(step)}" data-value="{value!r}" x="{a:.1f}" y="{y}" '
-                f'width="{max(b - a, 0.5):.1f}" height="10" fill="{_COLORS[name]}"/>'
-            )
-            if name == "shapley":
-                l_, u_ = float(result.lower[i]), float(result.upper[i])
-                lx, ux = (x(float(np.clip(b, lo, hi))) for b in (l_, u_))  # drawn clipped to the axis
-                cy = y + 5
-                parts.append(
-                    f'<path class="whisker" data-step="{html.escape(step)}" data-lower="{l_!r}" data-upper="{u_!r}" '
-                    f'd="M{lx:.1f},{cy} H{ux:.1f} M{lx:.1f},{cy - 4} V{cy + 4} M{ux:.1f},{cy - 4} V{cy + 4}" '
-                    'stroke="#111" stroke-width="1.2" fill="none"/>'
-                )
-    parts.append("</svg>")
-    return "".join(parts)
-
-
-def _tick_step(span: float) -> float:
-    """The spacing of the axis labels: the smallest of 0.1, 0.25, 0.5, 1, 2.5, ... that puts
-    at most about ten labels on an axis `span` wide."""
-    for size in (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0):
-        if span / size <= 10.65:
-            return size
-    return span / 10
-
-
-def _option(result, step_index_in_sites: int, option: int) -> str:
-    step = result.site_steps[step_index_in_sites]
+def _option(result, site: int, option: int) -> str:
+    step = result.site_steps[site]
     if result.option_names is not None:
         for name, labels in result.option_names:
             if name == step and labels is not None:
@@ -170,52 +357,107 @@ def _option(result, step_index_in_sites: int, option: int) -> str:
     return str(option)
 
 
-def batch_html(result) -> str:
-    esc = html.escape
-    out = ['<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">', "<title>blamejax report</title>", f"<style>{_CSS}</style></head><body>"]
-    out.append("<h1>blamejax: which step is to blame</h1>")
-    out.append(
-        f'<p class="muted">Noise mode <b>{esc(result.noise)}</b>: {esc(result.question)}<br>'
-        f"{result.num_cases} cases, {result.num_failures} failures (score &lt; {result.threshold:g}), "
-        f"{result.num_analysed} analysed with the {esc(result.estimator)} estimator; "
-        f"{result.evaluations} coalition evaluations.</p>"
-    )
-    if result.num_analysed == 0:
-        out.append(f"<p>No failures: all {result.num_cases} cases passed, so there is nothing to blame.</p></body></html>")
-        return "".join(out)
-    out.append("<h2>Blame per step</h2>")
-    legend = "".join(
-        f'<span style="background:{_COLORS[k]}"></span>{label}'
-        for k, label in (("shapley", "mean Shapley value (whiskers: interval)"), ("share", "share of repair"), ("resolve", "fix-alone resolve rate"), ("last", "last-step blame"))
-    )
-    out.append(f'<div class="legend muted">{legend}</div>')
-    out.append(_chart(result))
-    out.append(
-        f'<p class="muted">Intervals: {1 - result.delta:.0%} {esc(_interval_label(result))}. '
-        + " ".join(esc(line) + "." for line in _stopping_lines(result))
-        + "</p>"
-    )
-    out.append('<table id="summary"><tr><th>step</th><th>mean Shapley</th><th>lower</th><th>upper</th><th>share of repair</th><th>fix-alone resolves</th><th>last-step blame</th></tr>')
-    for i, step in enumerate(result.steps):
-        vals = [result.mean_shapley[i], result.lower[i], result.upper[i], result.share_of_repair[i], result.resolve_rate[i], result.last_step_rate[i]]
-        cells = "".join(f'<td data-value="{float(v)!r}">{float(v):.4f}</td>' for v in vals)
-        out.append(f'<tr data-step="{esc(step)}"><td>{esc(step)}</td>{cells}</tr>')
+def _cell(value: float, clipped: bool = False, sign: bool = True) -> str:
+    value = float(value)
+    if np.isnan(value):
+        return '<td data-value="nan">n/a</td>'
+    text = f"{value:+.3f}" if sign else f"{value:.3f}"
+    if clipped:
+        return f'<td class="clipped" data-value="{value!r}" data-clipped="1" title="clipped to the range the quantity can take">{text}*</td>'
+    return f'<td data-value="{value!r}">{text}</td>'
+
+
+def _summary_table(result) -> str:
+    iv = result.intervals
+    anytime = _percent(1 - result.delta)
+    stop = {"bernstein": "", "normal": ""}
+    stop[result.interval] = ' class="stop"'
+    out = [
+        '<table class="summary"><tr><th rowspan="2">step</th><th rowspan="2">mean Shapley</th>'
+        f'<th colspan="2">{_percent(iv.level)} fixed-sample (t)</th>'
+        f'<th colspan="2"{stop["bernstein"]}>{anytime} anytime, finite-sample</th>'
+        f'<th colspan="2"{stop["normal"]}>{anytime} anytime, asymptotic</th>'
+        '<th rowspan="2">share of repair</th><th rowspan="2">fix-alone resolves</th>'
+        f'<th colspan="2">{_percent(iv.level)} interval</th><th rowspan="2">last-step blame</th></tr>'
+        "<tr>" + "<th>lower</th><th>upper</th>" * 4 + "</tr>"
+    ]
+    for i in step_order(result.mean_shapley):
+        step = html.escape(result.steps[i])
+        cells = [_cell(result.mean_shapley[i])]
+        for name in ("fixed", "bernstein", "normal"):
+            flags = np.asarray(getattr(iv, f"{name}_clipped"))[i]
+            cells.append(_cell(getattr(iv, f"{name}_lower")[i], flags[0]))
+            cells.append(_cell(getattr(iv, f"{name}_upper")[i], flags[1]))
+        cells.append(_cell(result.share_of_repair[i], sign=False))
+        cells.append(_cell(result.resolve_rate[i], sign=False))
+        cells.append(_cell(iv.resolve_lower[i], iv.resolve_clipped[i][0], sign=False))
+        cells.append(_cell(iv.resolve_upper[i], iv.resolve_clipped[i][1], sign=False))
+        cells.append(_cell(result.last_step_rate[i], sign=False))
+        out.append(f'<tr data-step="{step}"><td>{step}</td>{"".join(cells)}</tr>')
     out.append("</table>")
-    out.append(f'<p class="caveat">{esc(CAVEAT)}</p>')
-    out.append("<h2>Failures</h2><p class=\"muted\">Each step's output in the failed run and in the fully fixed run (world 0); rows that differ are shaded.</p>")
+    return "".join(out)
+
+
+def _failures(result) -> list[str]:
+    esc = html.escape
     steps = result.steps
+    out = [
+        "<h3>Failures</h3>",
+        f'<p class="muted">{esc(_order_note(result))} {esc(_drill_note(result))} Largest blame names '
+        f"every step within {TIE_TOLERANCE:g} of the score range of the largest Shapley value, or "
+        "none when the total repair is zero.</p>",
+    ]
     for a in range(result.num_analysed):
         fid = int(result.failure_ids[a])
         phi = np.asarray(result.shapley[a])
-        top = steps[int(np.argmax(phi))]
-        out.append(f'<details data-failure="{fid}"><summary>case {fid}: score {float(result.factual_score[a]):.3g}, total repair {float(result.total[a]):+.3f}, largest blame: {esc(top)}</summary>')
+        label = _label(result.largest_blame[a])
+        out.append(
+            f'<details data-failure="{fid}"><summary>#{a + 1}: case {fid}, score '
+            f"{float(result.factual_score[a]):.3g}; v(∅) {float(result.empty[a]):.3f}, v(all) "
+            f"{float(result.full[a]):.3f}, total repair {float(result.total[a]):+.3f}; largest blame: "
+            f'<span class="largest">{esc(label)}</span></summary>'
+        )
         out.append("<table><tr><th>step</th><th>failed run</th><th>fully fixed run</th><th>Shapley</th></tr>")
         for s, site_step in enumerate(result.site_steps):
             failed_opt = int(result.factual_choice[a, s])
             fixed_opt = int(result.fixed_choice[a, s])
             cls = ' class="differs"' if failed_opt != fixed_opt else ""
-            value = f"{float(phi[steps.index(site_step)]):+.4f}" if site_step in steps else ""
-            out.append(f"<tr{cls}><td>{esc(site_step)}</td><td>{_option(result, s, failed_opt)}</td><td>{_option(result, s, fixed_opt)}</td><td>{value}</td></tr>")
+            value = f"{float(phi[steps.index(site_step)]):+.3f}" if site_step in steps else ""
+            out.append(
+                f"<tr{cls}><td>{esc(site_step)}</td><td>{_option(result, s, failed_opt)}</td>"
+                f"<td>{_option(result, s, fixed_opt)}</td><td>{value}</td></tr>"
+            )
         out.append("</table></details>")
-    out.append("</body></html>")
+    return out
+
+
+def batch_html_fragment(result) -> str:
+    """The report as an HTML fragment (for a notebook's `_repr_html_`): one `<div>` of class
+    `blamejax-report`, its styles scoped to that class; no `<html>`, `<body>` or global CSS."""
+    esc = html.escape
+    out = [f'<div class="{SCOPE}">', _style(), "<h2>blamejax: which step is to blame</h2>"]
+    out.append('<p class="muted">' + "<br>".join(esc(line) for line in _heading(result)) + "</p>")
+    if result.num_analysed == 0:
+        out.append(f"<p>No failures: all {result.num_cases} cases passed, so there is nothing to blame.</p></div>")
+        return "".join(out)
+    out.append("<h3>Blame per step</h3>")
+    out.append(f'<p class="muted">{esc(ORDER_NOTE)} {esc(UNITS_NOTE)}</p>')
+    out.append(batch_chart(result, step_order(result.mean_shapley)))
+    out.append(_summary_table(result))
+    out.append('<ul class="notes">' + "".join(f"<li>{esc(n)}</li>" for n in _interval_notes(result)) + "</ul>")
+    out.append(f'<p class="muted">{esc(_largest_summary(result))}</p>')
+    out.append(f'<p class="caveat">{esc(CAVEAT)}</p>')
+    out += _failures(result)
+    out.append("</div>")
     return "".join(out)
+
+
+def batch_html(result) -> str:
+    """The report as one self-contained HTML page (the fragment in a page of its own)."""
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        "<title>blamejax report</title><style>body{margin:24px}</style></head><body>"
+        + batch_html_fragment(result)
+        + "</body></html>"
+    )

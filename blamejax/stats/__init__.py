@@ -3,8 +3,13 @@ advance with their error levels, stopping rules, binomial intervals, and interva
 batch mean across failures.
 """
 
+from ._across_failures import FIXED_SAMPLE_METHOD as FIXED_SAMPLE_METHOD
 from ._across_failures import INTERVAL_RULES as INTERVAL_RULES
+from ._across_failures import BatchIntervals as BatchIntervals
+from ._across_failures import batch_intervals as batch_intervals
 from ._across_failures import checkpoint_interval as checkpoint_interval
+from ._across_failures import clip_interval as clip_interval
+from ._across_failures import student_t_interval as student_t_interval
 from ._across_failures import top_separated_at as top_separated_at
 from ._anytime import RULES as RULES
 from ._anytime import bernstein_radius as bernstein_radius

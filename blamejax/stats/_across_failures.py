@@ -2,14 +2,20 @@
 
 `checkpoint_interval` gives every step's mean per-failure value and its anytime-valid
 interval at a checkpoint of the failure stream, and whether the top step is separated
-from all others.
+from all others. `batch_intervals` gives every interval a batch report shows: the
+fixed-sample Student t interval (`student_t_interval`), the asymptotic and the finite-sample
+anytime intervals, and the fix-alone rate's interval, each clipped to the range its quantity
+can take (`clip_interval`).
 """
 
 from __future__ import annotations
 
+import equinox as eqx
 import numpy as np
+import scipy.special
 
 from ._anytime import checkpoint_delta, confidence_radius, top1_separated
+from ._binomial import wilson_interval
 
 INTERVAL_RULES = ("bernstein", "normal")
 
@@ -70,3 +76,188 @@ def top_separated_at(values: np.ndarray, marks, ks, rule: str, delta: float, val
     delta_k = checkpoint_delta(delta, n, np.asarray(ks, dtype=np.float64)[:, None])
     radius = confidence_radius(rule, t, variance, value_range, delta_k)
     return ok & top1_separated(mean, mean - radius, mean + radius)
+
+
+# --------------------------------------------------------------------------------------
+# The intervals a batch report shows.
+# --------------------------------------------------------------------------------------
+
+FIXED_SAMPLE_METHOD = (
+    "Student t over the per-failure values: mean +- t_(1-a/2, t-1) s / sqrt(t), s the sample "
+    "standard deviation. It assumes the analysed failures are independent draws from the "
+    "population of failures (the seeded visiting order picks them at random from the test "
+    "set's failures) and a number of failures fixed in advance; it is exact for normal "
+    "values and otherwise asymptotic, with no finite-sample guarantee, and it is not valid "
+    "after stopping early on a look at the data."
+)
+
+
+def student_t_interval(values: np.ndarray, level: float):
+    """The fixed-sample Student t interval of every column's mean, at level `level`.
+
+    `mean +- t_(1 - a/2, t - 1) s / sqrt(t)` with `a = 1 - level`, t the number of rows and s
+    the sample standard deviation (t - 1 denominator). Valid at a sample size fixed in advance
+    for independent draws (exact for normal values, asymptotic otherwise); with t < 2 rows the
+    interval is infinite.
+
+    **Arguments:**
+    - `values`: `Float[ndarray, "t n"]`, one row per failure.
+    - `level`: the coverage, in (0, 1).
+
+    **Returns:** `(mean, lower, upper)`, float64 arrays `[n]`.
+
+    ```python
+    import numpy as np
+    import blamejax as bj
+    mean, lower, upper = bj.stats.student_t_interval(np.array([[0.0], [1.0], [2.0]]), 0.95)
+    assert round(float(upper[0]), 4) == 3.4841  # 1 + 4.3027 * 1 / sqrt(3)
+    ```
+    """
+    _check_level(level)
+    values = np.asarray(values, dtype=np.float64)
+    if values.ndim != 2:
+        raise ValueError(f"`values` must be a 2-D array [failures, steps], got shape {values.shape}")
+    t = values.shape[0]
+    mean = values.mean(axis=0) if t else np.full(values.shape[1], np.nan)
+    if t < 2:
+        return mean, np.full_like(mean, -np.inf), np.full_like(mean, np.inf)
+    quantile = scipy.special.stdtrit(t - 1, 0.5 + level / 2.0)
+    radius = quantile * values.std(axis=0, ddof=1) / np.sqrt(t)
+    return mean, mean - radius, mean + radius
+
+
+def _check_level(level) -> None:
+    if isinstance(level, bool) or not isinstance(level, (int, float, np.floating)) or not 0 < level < 1:
+        raise ValueError(f"`level` must be a number in (0, 1) (e.g. 0.95), got {level!r}")
+
+
+def clip_interval(lower, upper, low: float, high: float):
+    """`[lower, upper]` clipped to `[low, high]`, the range the quantity can take, and
+    whether each bound was clipped.
+
+    **Returns:** `(lower, upper, clipped)`: float64 arrays like `lower`, and a bool array
+    `[..., 2]` (lower bound clipped, upper bound clipped).
+    """
+    lower, upper = np.asarray(lower, np.float64), np.asarray(upper, np.float64)
+    clipped = np.stack([lower < low, upper > high], axis=-1)
+    return np.clip(lower, low, high), np.clip(upper, low, high), clipped
+
+
+class BatchIntervals(eqx.Module):
+    """Every interval a batch report shows, per step (arrays `[n]`, float64), each clipped to
+    the range its quantity can take; `*_clipped`: `Bool[ndarray, "n 2"]`, whether the lower
+    and the upper bound were clipped.
+
+    - `fixed_*`: the fixed-sample interval of the mean Shapley value at `level`
+      (`fixed_method`: `"student-t"`, see `FIXED_SAMPLE_METHOD`), clipped to `shapley_range`.
+    - `normal_*`: the asymptotic anytime interval (normal radius at level
+      `delta / (n k (k+1))`, k = `checkpoint`), at `1 - delta` for all looks together.
+    - `bernstein_*`: the finite-sample anytime interval (empirical Bernstein, width
+      `2 (s_max - s_min)`), at the same checkpoint and level.
+    - `resolve_*`: the fixed-sample interval of the fix-alone resolve rate at `level`
+      (`resolve_method`: `"wilson"`, the Wilson score interval of a proportion, when every
+      per-failure value is 0 or 1; else `"student-t"`), clipped to [0, 1].
+    """
+
+    level: float = eqx.field(static=True)
+    delta: float = eqx.field(static=True)
+    checkpoint: int = eqx.field(static=True)
+    fixed_method: str = eqx.field(static=True)
+    resolve_method: str = eqx.field(static=True)
+    shapley_range: tuple[float, float] = eqx.field(static=True)
+    fixed_lower: np.ndarray
+    fixed_upper: np.ndarray
+    fixed_clipped: np.ndarray
+    normal_lower: np.ndarray
+    normal_upper: np.ndarray
+    normal_clipped: np.ndarray
+    bernstein_lower: np.ndarray
+    bernstein_upper: np.ndarray
+    bernstein_clipped: np.ndarray
+    resolve_lower: np.ndarray
+    resolve_upper: np.ndarray
+    resolve_clipped: np.ndarray
+
+
+def batch_intervals(
+    shapley: np.ndarray,
+    resolve: np.ndarray,
+    *,
+    level: float,
+    delta: float,
+    checkpoint: int,
+    score_range: tuple[float, float],
+) -> BatchIntervals:
+    """The intervals of a batch report from the per-failure values.
+
+    **Arguments:**
+    - `shapley`: `Float[ndarray, "t n"]`, per-failure Shapley values (the failures looked at).
+    - `resolve`: `Float[ndarray, "t n"]`, per failure the share of worlds in which the step's
+      fix alone reaches the threshold.
+    - `level`: the fixed-sample intervals' coverage, in (0, 1).
+    - `delta`: the anytime intervals' error probability (all looks together).
+    - `checkpoint`: k, the checkpoint (1-based) at which the anytime intervals are formed.
+    - `score_range`: `(s_min, s_max)`; a mean Shapley value lies in `[-(s_max - s_min),
+      s_max - s_min]`.
+
+    **Returns:** a `BatchIntervals` (NaN bounds when t = 0, and for the anytime intervals
+    when `checkpoint` is 0, unknown).
+
+    ```python
+    import numpy as np
+    import blamejax as bj
+    shapley = np.array([[1.0, 0.0], [0.5, 0.5], [1.0, 0.0]])
+    resolve = np.array([[1.0, 0.0], [0.0, 0.0], [1.0, 0.0]])
+    out = bj.stats.batch_intervals(shapley, resolve, level=0.95, delta=0.1, checkpoint=1,
+                                   score_range=(0.0, 1.0))
+    assert out.fixed_upper[0] == 1.0 and out.fixed_clipped[0, 1]  # clipped at +1
+    assert out.resolve_method == "wilson" and out.resolve_lower[1] == 0.0
+    ```
+    """
+    _check_level(level)
+    shapley = np.asarray(shapley, np.float64)
+    resolve = np.asarray(resolve, np.float64)
+    t, n = shapley.shape
+    width = float(score_range[1]) - float(score_range[0])
+    reach = (-width, width)
+    _, lo, hi = student_t_interval(shapley, level)
+    fixed = clip_interval(lo, hi, *reach)
+    anytime = {}
+    for rule in INTERVAL_RULES:
+        if t >= 1 and checkpoint >= 1:
+            _, lo, hi = _interval(shapley, rule, checkpoint_delta(delta, n, checkpoint), 2.0 * width)
+        else:
+            lo = hi = np.full(n, np.nan)
+        anytime[rule] = clip_interval(lo, hi, *reach)
+    binary = t >= 1 and bool(np.all((resolve == 0.0) | (resolve == 1.0)))
+    if binary:
+        successes = resolve.sum(axis=0)
+        lo, hi = wilson_interval(np.rint(successes).astype(np.int64), t, 1.0 - level)
+        resolve_method = "wilson"
+    else:
+        _, lo, hi = student_t_interval(resolve, level)
+        resolve_method = "student-t"
+    fix_alone = clip_interval(lo, hi, 0.0, 1.0)
+    if t == 0:  # nothing analysed: no interval at all
+        nan = np.full(n, np.nan)
+        fixed = anytime["normal"] = anytime["bernstein"] = fix_alone = (nan, nan, np.zeros((n, 2), bool))
+    return BatchIntervals(
+        level=float(level),
+        delta=float(delta),
+        checkpoint=int(checkpoint),
+        fixed_method="student-t",
+        resolve_method=resolve_method,
+        shapley_range=reach,
+        fixed_lower=fixed[0],
+        fixed_upper=fixed[1],
+        fixed_clipped=fixed[2],
+        normal_lower=anytime["normal"][0],
+        normal_upper=anytime["normal"][1],
+        normal_clipped=anytime["normal"][2],
+        bernstein_lower=anytime["bernstein"][0],
+        bernstein_upper=anytime["bernstein"][1],
+        bernstein_clipped=anytime["bernstein"][2],
+        resolve_lower=fix_alone[0],
+        resolve_upper=fix_alone[1],
+        resolve_clipped=fix_alone[2],
+    )
