@@ -278,9 +278,11 @@ def _chromium():
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-@pytest.fixture
-def page(result, tmp_path):
-    """The interactive page loaded in headless Chromium (bounded in time, killed after)."""
+@pytest.fixture(scope="module")
+def browser_page(result, tmp_path_factory):
+    """The interactive page loaded in one headless Chromium for this module (bounded in time,
+    killed after)."""
+    tmp_path = tmp_path_factory.mktemp("chromium")
     path = tmp_path / "interactive.html"
     result.save_html(path, interactive=True)
     profile = tmp_path / "profile"
@@ -319,6 +321,13 @@ def page(result, tmp_path):
         process.kill()
         process.wait(timeout=30)
         log.close()
+
+
+@pytest.fixture
+def page(browser_page):
+    """The loaded page with every edit undone and the first failure selected."""
+    browser_page.js("blamejax.reset(); blamejax.select(0, 0)")
+    return browser_page
 
 
 def _same(page_numbers, python):

@@ -75,7 +75,8 @@ def run_rag_demo(args) -> int:
         print("Sharing one fresh world across all prefixes of an order (common random numbers) cuts the variance by the ratio.\n")
         summary["noise_sharing_ratio"] = dict(zip(gain.steps, np.asarray(gain.ratio, np.float64).round(3).tolist(), strict=True))
     write_json(out / "summary.json", summary)
-    print(f"Reports written to {out}/ (report_<mode>.html, report_<mode>_interactive.html, result_<mode>.json, summary.json)")
+    pages = ", report_<mode>_interactive.html" if args.estimator != "mc" else ""
+    print(f"Reports written to {out}/ (report_<mode>.html{pages}, result_<mode>.json, summary.json)")
     return 0
 
 
