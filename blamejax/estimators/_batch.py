@@ -45,6 +45,20 @@ from ..stats import (
     top_separated_at,
 )
 from ..worlds import fresh_worlds, inferred_worlds, recorded_worlds
+from ._checkpoint import (
+    CheckpointError,
+    array_identity,
+    callable_identity,
+    checkpoint_path,
+    defers_interrupts,
+    environment,
+    interrupt_notice,
+    interrupted,
+    read_checkpoint,
+    tree_identity,
+    write_checkpoint,
+)
+from ._devices import over_failures
 from ._exact import exact_run, explain_nan, take_rows
 from ._mc import mc_shapley_fixed
 
@@ -58,6 +72,8 @@ NOISE_MODES = {
 }
 EXACT_AUTO_LIMIT = 14
 STOP_EARLY_BLOCK = 32  # failures analysed per compiled call when stopping early
+NUM_BLOCKS = 20  # about this many blocks by default (`_block_size`)
+MIN_PLAIN_BLOCK = 1024  # failures per block at least, without a checkpoint or progress bar
 
 
 class BatchSettings(NamedTuple):
@@ -78,6 +94,8 @@ class BatchSettings(NamedTuple):
     growth: float
     value_range: float  # the width of the interval a Shapley value lies in
     keep_coalitions: bool = False  # keep every coalition's scores and outputs (the interactive page)
+    in_blocks: bool = False  # analyse in blocks (a checkpoint is kept or a progress bar shown)
+    block_size: int | None = None  # failures per block as asked (None: the default, `_block_size`)
 
 
 class BatchFront(NamedTuple):
@@ -105,8 +123,10 @@ class BatchState(NamedTuple):
     separated_at: dict  # rule -> failures needed to separate the top step, or None
     stopped: int | None  # the checkpoint at which the batch stopped early, or None
     evaluations: int  # pipeline runs so far
+    block_size: int = 0  # failures analysed per compiled call (`_block_size`)
 
 
+@defers_interrupts  # Ctrl-C is honoured between blocks, never inside XLA
 def blame_batch(
     pipeline: Callable,
     cases,
@@ -131,6 +151,8 @@ def blame_batch(
     mode=Hard(),
     progress: bool = False,
     keep_coalitions: bool = False,
+    checkpoint=None,
+    block_size: int | None = None,
 ) -> BatchResult:
     """Blame every failure of a test set and summarise across failures.
 
@@ -159,17 +181,52 @@ def blame_batch(
     - `first_checkpoint`, `growth`: checkpoints `ceil(first * growth^(k-1))` failures.
     - `max_failures`: analyse at most this many failures.
     - `option_names`: `{step: tuple of option names}` for the reports.
-    - `progress`: show a progress bar (tqdm) over the failure stream.
+    - `progress`: show a progress bar (tqdm) that moves once per block of failures, with
+      failures per second and the time left.
     - `keep_coalitions`: also keep, per analysed failure, every coalition's score in every
       world and each site's output under its recorded noise (`coalition_scores`,
       `coalition_choices`: what `to_html(interactive=True)` needs). Exact estimator only;
       it costs one more evaluation of every coalition table and memory `A W 2^n`.
+    - `checkpoint`: a file path. Each completed block of failures is saved there
+      atomically, with a fingerprint of the arguments; the same call run again resumes after
+      the last saved block, and its result is bit for bit that of an uninterrupted run (a
+      finished run's file returns its result without analysing again). Delete the file to
+      start over. See "Long batches" below.
+    - `block_size`: failures analysed per compiled call (one block: what a checkpoint saves,
+      the progress bar shows, and a Ctrl-C waits for). Default: 32 when stopping early;
+      otherwise about a twentieth of the failures, a multiple of 32, and unless `checkpoint`
+      or `progress` is given at least 1,024 (a smaller batch is one call). The per-failure
+      values do not depend on it (tested bit for bit on the CPU).
+
+    **Long batches.** With `checkpoint`, blocks are written as strict JSON (arrays as their
+    exact bytes in base64, with a checksum; `blamejax.estimators._checkpoint` documents the
+    layout). Its fingerprint holds the pipeline's qualified name and a hash of its code and
+    closure values (not what it reads from globals), the shape, dtype and a hash of the bytes
+    of every leaf of `cases` and of `observed`, the key, every other setting above except
+    `option_names` and `progress`, and the blamejax and JAX versions, `jax_enable_x64` and
+    the backend. Ctrl-C (SIGINT) during a run does not raise at once: the run finishes the
+    block it is in (saving it), then raises `KeyboardInterrupt` with a message saying how to
+    resume; a second Ctrl-C changes nothing (to stop at once, kill the process: the file
+    holds the last complete block either way).
+
+    ```python
+    import os, tempfile
+    import numpy as np
+    import blamejax as bj
+    cases = bj.demos.refund_cases(60)
+    path = os.path.join(tempfile.mkdtemp(), "refund.ckpt.json")
+    first = bj.blame_batch(bj.demos.refund_pipeline, cases, 0, checkpoint=path, block_size=8)
+    again = bj.blame_batch(bj.demos.refund_pipeline, cases, 0, checkpoint=path, block_size=8)
+    assert np.array_equal(first.shapley, again.shapley)  # read back, not recomputed
+    ```
 
     **Returns:** a `BatchResult`. An all-passing test set returns a result with no failures
     whose table says so (nothing to blame is not an error).
 
     **Raises:** `ValueError` naming the argument for an unknown noise mode, W < 1,
-    malformed cases, bad thresholds.
+    malformed cases, bad thresholds; `CheckpointError` (a `ValueError`) naming the file for a
+    `checkpoint` written by a call with other arguments (each one named), a truncated or
+    corrupt file, or a newer format; `KeyboardInterrupt` after Ctrl-C, at the end of a block.
     """
     if noise not in NOISE_MODES:
         raise ValueError(f"`noise` must be one of {sorted(NOISE_MODES)}, got {noise!r}")
@@ -227,6 +284,13 @@ def blame_batch(
         raise ValueError(
             f"`keep_coalitions=True` needs the exact estimator (every coalition's score), got estimator={estimator!r}"
         )
+    if not isinstance(progress, bool):
+        raise TypeError(f"`progress` must be a bool, got {progress!r}")
+    if block_size is not None and (
+        isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)) or block_size < 1
+    ):
+        raise ValueError(f"`block_size` must be a positive int (failures per block) or None, got {block_size!r}")
+    path = None if checkpoint is None else checkpoint_path(checkpoint)
     settings = BatchSettings(
         game=game,
         key=as_key(key),
@@ -243,21 +307,124 @@ def blame_batch(
         growth=growth,
         value_range=2.0 * (high - low),
         keep_coalitions=keep_coalitions,
+        in_blocks=path is not None or progress,
+        block_size=None if block_size is None else int(block_size),
     )
     check_finite_logits(cases)  # before the transfer: host arrays are checked where they are
     cases = jax.tree_util.tree_map(jnp.asarray, cases)  # on the device once, sliced there
+    saved = fingerprint = None
+    if path is not None:  # a checkpoint of other arguments is refused before any work
+        interrupt_notice(_interrupt_notice(path))
+        fingerprint = _fingerprint(settings, cases, max_failures)
+        saved = read_checkpoint(path, fingerprint)
+    if interrupted():
+        raise KeyboardInterrupt(_interrupt_message(path, 0, None))
     front = _batch_front(settings, cases, max_failures)
-    if front.failed.size == 0:
+    total = int(front.failed.size)
+    if interrupted():
+        raise KeyboardInterrupt(_interrupt_message(path, 0, total))
+    if total == 0:
         return _empty_result(settings, front, option_names)
     state = _batch_init(settings, front, cases)
-    bar = _progress(progress, int(front.failed.size))
-    while state.start < front.failed.size and state.stopped is None:
-        state = _batch_step(settings, state)
+    if saved is not None:
+        state = _resume(path, state, *saved)
+    bar = _progress(progress, total, state.start)
+    try:
+        while state.start < total and state.stopped is None and not interrupted():
+            state = _batch_step(settings, state)
+            if path is not None:
+                write_checkpoint(path, fingerprint, *_saved_state(state))
+            if bar is not None:
+                _advance(bar, state, total)
+    finally:
         if bar is not None:
-            bar.update(state.start - bar.n)
-    if bar is not None:
-        bar.close()
+            bar.close()
+    if interrupted():
+        raise KeyboardInterrupt(_interrupt_message(path, state.start, total))
     return _batch_finish(settings, front, state, option_names)
+
+
+def _interrupt_notice(path) -> str:
+    where = "" if path is None else f" (it is saved to {path})"
+    return f"blame_batch: Ctrl-C received; stopping after the current block of failures{where}"
+
+
+def _interrupt_message(path, done: int, total: int | None) -> str:
+    if path is None:
+        return (
+            f"blame_batch stopped by Ctrl-C after {done} of {total or 0} failures; nothing was saved: "
+            "pass checkpoint=PATH to keep each completed block and resume from it"
+        )
+    if done == 0:
+        return (
+            f"blame_batch stopped by Ctrl-C before its first block of failures was complete; "
+            f"nothing was saved in {path}: run the same call again to start"
+        )
+    return (
+        f"blame_batch stopped by Ctrl-C after {done} of {total} failures, saved in {path}: run "
+        "the same call again (same arguments, same checkpoint) to resume from there"
+    )
+
+
+def _fingerprint(settings: BatchSettings, cases, max_failures) -> dict:
+    """What the checkpoint must agree on, named as the arguments are: every setting (the
+    game by its parts), the cases by their bytes, and the environment."""
+    game = settings.game
+    out = {
+        "pipeline": callable_identity(game.pipeline),
+        "cases": tree_identity(cases),
+        "steps": list(game.steps),
+        "fixes": list(game.fixes),
+        "mode": tree_identity(game.mode) | {"type": type(game.mode).__name__},
+        "score_range": list(game.score_range),
+        "max_failures": max_failures,
+    }
+    for name, value in settings._asdict().items():
+        if name in ("game", "value_range"):  # by its parts above; derived from score_range
+            continue
+        if name == "key":
+            out[name] = {"impl": str(jr.key_impl(value)), "data": np.asarray(jr.key_data(value)).tolist()}
+        elif name == "observed":
+            out[name] = None if value is None else array_identity(value)
+        else:
+            out[name] = value
+    return out | environment()
+
+
+def _saved_state(state: BatchState) -> tuple[dict, dict]:
+    """What a checkpoint holds: where the stream stands, and the per-failure arrays of
+    every analysed block, joined."""
+    progress = dict(
+        start=state.start, k=state.k, stopped=state.stopped, evaluations=int(state.evaluations),
+        separated_at=state.separated_at, block_size=state.block_size,
+    )
+    arrays = {name: np.concatenate([b[name] for b in state.blocks]) for name in state.blocks[0]}
+    return progress, arrays
+
+
+def _resume(path: str, state: BatchState, progress: dict, arrays: dict) -> BatchState:
+    """The stream as the checkpoint left it (checked against what the arguments imply)."""
+    try:
+        start, k, stopped = int(progress["start"]), int(progress["k"]), progress["stopped"]
+        consistent = (
+            0 < start <= state.case_ids.size
+            and 0 <= k <= len(state.marks)
+            and progress["block_size"] == state.block_size
+            and set(progress["separated_at"]) == set(state.separated_at)
+            and set(arrays) >= {"shapley", "total"}
+            and all(value.shape[:1] == (start,) for value in arrays.values())
+        )
+    except (KeyError, TypeError, ValueError):
+        consistent = False
+    if not consistent:
+        raise CheckpointError(
+            f"`checkpoint` file {path!r} is corrupt (its progress does not fit these {state.case_ids.size} "
+            "failures); delete it to start over"
+        )
+    return state._replace(
+        start=start, k=k, stopped=None if stopped is None else int(stopped), blocks=(arrays,),
+        separated_at=dict(progress["separated_at"]), evaluations=int(progress["evaluations"]),
+    )
 
 
 def _batch_front(settings: BatchSettings, cases, max_failures) -> BatchFront:
@@ -315,23 +482,41 @@ def _batch_init(settings: BatchSettings, front: BatchFront, cases) -> BatchState
         separated_at={rule: None for rule in INTERVAL_RULES},
         stopped=None,
         evaluations=front.num_cases + size,
+        block_size=_block_size(settings, size),
     )
+
+
+def _block_size(settings: BatchSettings, size: int) -> int:
+    """Failures per block: as asked; else 32 when stopping early; else about `NUM_BLOCKS`
+    blocks of a multiple of 32, at least `MIN_PLAIN_BLOCK` failures unless a checkpoint is
+    kept or progress shown (so that a plain batch of up to that many failures is one call,
+    and a long one still stops soon after a Ctrl-C)."""
+    if settings.block_size is not None:
+        return min(settings.block_size, size)
+    if settings.stop_early:
+        return STOP_EARLY_BLOCK
+    block = STOP_EARLY_BLOCK * -(-size // (NUM_BLOCKS * STOP_EARLY_BLOCK))
+    return min(size, block if settings.in_blocks else max(block, MIN_PLAIN_BLOCK))
 
 
 def _batch_step(settings: BatchSettings, state: BatchState) -> BatchState:
     """Analyse the next block of failures, then decide every checkpoint of the stream it
     reaches. Intervals are formed and stopping decided only at those checkpoints; values are
-    computed in blocks of a fixed size (one compiled shape) when stopping early, or all at
-    once otherwise."""
+    computed in blocks of `state.block_size` failures (one compiled shape: a short last
+    block is padded with copies of its first failure, whose values are dropped)."""
     size = state.worlds.key.shape[0]
-    block_size = STOP_EARLY_BLOCK if settings.stop_early else size
+    block_size = state.block_size or size
     rows = np.arange(state.start, min(state.start + block_size, size))
     if rows.size == size:
         block_cases, block_worlds = state.cases, state.worlds
+        padded = rows
     else:
-        block_cases, block_worlds = take_rows((state.cases, state.worlds), jnp.asarray(rows, jnp.int32))
-    block = _analyse(settings, block_cases, block_worlds, state.start, state.case_ids[rows])
-    evaluations = state.evaluations + block.pop("evaluations")
+        padded = np.concatenate([rows, np.full(block_size - rows.size, rows[0])])
+        block_cases, block_worlds = take_rows((state.cases, state.worlds), jnp.asarray(padded, jnp.int32))
+    block = _analyse(settings, block_cases, block_worlds, state.start, state.case_ids[padded])
+    # the padding's values and evaluations (linear in the rows) are dropped
+    evaluations = state.evaluations + block.pop("evaluations") * rows.size // padded.size
+    block = {name: value[: rows.size] for name, value in block.items()}
     blocks = state.blocks + (block,)
     start = int(rows[-1]) + 1
     marks, k = state.marks, state.k
@@ -483,9 +668,11 @@ def _analyse(settings: BatchSettings, cases, worlds, start: int, case_ids) -> di
         )  # one transfer
         out = {name: value.astype(np.float64) if name != "last_step" else value for name, value in out.items()}
         return dict(out, evaluations=num_f * num_w * (1 << n))
-    key = jr.fold_in(settings.key, start)
+    key = jr.fold_in(settings.key, 0)  # failure i of the stream: fold_in(key, i), whatever its block
     function = _mc_function(game, settings.num_permutations)
-    estimate, empty, full, last, resolve, low, high, nan = function(cases, worlds, key, settings.threshold)
+    estimate, empty, full, last, resolve, low, high, nan = over_failures(  # split over devices
+        function, cases, worlds, key, settings.threshold, jnp.int32(start)
+    )
     nan = np.asarray(nan)
     check_scores_in_range(
         float(np.min(low)),
@@ -524,9 +711,9 @@ def _mc_function(game: Game, num_permutations: int):
         nan = jnp.isnan(v).any() | jnp.isnan(estimate.values).any()  # min/max may skip NaN
         return estimate, v[:, 0].mean(), v[:, 1].mean(), last, resolve, low, high, nan
 
-    def batch(cases, worlds, key, threshold):
+    def batch(cases, worlds, key, threshold, start):
         num = worlds.key.shape[0]
-        keys = jax.vmap(lambda f: jr.fold_in(key, f))(jnp.arange(num))
+        keys = jax.vmap(lambda f: jr.fold_in(key, f))(start + jnp.arange(num, dtype=jnp.int32))
         return jax.vmap(one, in_axes=(0, 0, 0, None))(cases, worlds, keys, threshold)
 
     return jax.jit(batch)
@@ -575,14 +762,24 @@ def _visit_order(key, num_failures: int):
     return jr.permutation(jr.fold_in(key, 0x0BDE), num_failures)
 
 
-def _progress(enabled: bool, total: int):
+def _progress(enabled: bool, total: int, done: int = 0):
+    """A tqdm bar over the failure stream (from `done`, when resuming), moved once per block
+    by `_advance`: failures per second and the time left come from tqdm."""
     if not enabled:
         return None
     try:
         from tqdm.auto import tqdm
     except ImportError:  # tqdm is optional
         return None
-    return tqdm(total=total, desc="failures", unit="failure", leave=False)
+    return tqdm(
+        total=total, initial=done, desc="failures", unit="failure", leave=False, smoothing=0.5, mininterval=0
+    )
+
+
+def _advance(bar, state: BatchState, total: int) -> None:
+    size = state.block_size or total
+    bar.set_postfix_str(f"block {-(-state.start // size)}/{-(-total // size)}", refresh=False)
+    bar.update(state.start - bar.n)
 
 
 def _option_names(option_names, structure):
