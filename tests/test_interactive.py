@@ -138,6 +138,16 @@ def test_interactive_needs_the_tables(result):
         bj.blame_batch(bj.demos.refund_pipeline, cases, 0, keep_coalitions="yes")
 
 
+def test_no_failures_page():
+    def passes(ctx, case):
+        return ctx.choose("a", case["a"]).take(case["ok"])
+
+    cases = {"a": np.zeros((3, 2, 2), np.float32), "ok": np.ones((3, 2), np.float32)}
+    result = bj.blame_batch(passes, cases, 0, keep_coalitions=True)
+    assert result.num_analysed == 0
+    assert "No failures: all 3 cases passed" in result.to_html(interactive=True)
+
+
 def test_page_is_self_contained(result, tmp_path):
     page = result.to_html(interactive=True)
     assert page == interactive_html(result)

@@ -253,9 +253,17 @@ def interactive_html(result) -> str:
     """The interactive page of a batch result (see the module docstring): one self-contained
     HTML file whose script recomputes every rule bit-identically to `interactive_reduction`.
 
+    A result with no failure gives a page that says so.
+
     **Raises:** `ValueError` when the result holds no coalition scores (run
     `blame_batch(..., keep_coalitions=True)`).
     """
+    if result.num_analysed == 0:  # nothing to blame is not an error (as in the static report)
+        return (
+            '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>blamejax: interactive blame'
+            f'</title><style>{_CSS}</style></head><body><main class="bj-page"><h1>blamejax</h1><p>No failures: all '
+            f"{result.num_cases} cases passed, so there is nothing to blame.</p></main></body></html>"
+        )
     data = page_data(result)
     payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
     esc = html.escape
