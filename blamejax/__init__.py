@@ -13,7 +13,8 @@ The package is arranged in the order the computation flows:
 
 then the families built on them (`interventions`, `differentiable`, `mdp`) and the
 applications beside them (`scm`, `traces` (real runs: the trace format and its
-importers), `demos` (loaded on first use), the command line `python -m blamejax`).
+importers), `scorers` (decisions of real runs scored by real models, cached),
+`demos` (loaded on first use), the command line `python -m blamejax`).
 The names below are the front door; everything else lives in those namespaces.
 """
 
@@ -27,6 +28,7 @@ from . import pipeline as pipeline
 from . import reduction as reduction
 from . import report as report
 from . import scm as scm
+from . import scorers as scorers
 from . import stats as stats
 from . import traces as traces
 from . import worlds as worlds

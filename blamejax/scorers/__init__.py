@@ -1,0 +1,32 @@
+"""Scorers: decisions scored by real models, so a real run's steps can be replayed.
+
+A hosted model samples on its server, where its luck cannot be held fixed. A scorer asks the
+model instead how good each option of a step is, turns the answer into logits, and blamejax
+samples the choice locally with its addressed Gumbel noise: replay is exact, and a better
+prompt or model changes the logits, not the luck.
+
+`scorer.score(requests)` takes a batch of `Request(step, variant, inputs, options)` and
+returns one float64 `[K]` logits array per request. `FunctionScorer` wraps a Python or JAX
+function; `OpenAIScorer` asks an OpenAI-compatible server (token log-probabilities, or
+scores as JSON); `AnthropicScorer` asks Anthropic's Messages API (scores as JSON). Every
+scorer reads and fills an optional `Cache` (SQLite; offline mode for exact replay without
+a model) and counts its calls, tokens and cache hits in a `Meter`. The client libraries are
+optional: `pip install "blamejax[openai]"` or `"blamejax[anthropic]"`.
+"""
+
+from ._anthropic import AnthropicScorer as AnthropicScorer
+from ._cache import SCHEMA as SCHEMA
+from ._cache import Cache as Cache
+from ._cache import CacheError as CacheError
+from ._cache import OfflineMiss as OfflineMiss
+from ._meter import Meter as Meter
+from ._openai import OpenAIScorer as OpenAIScorer
+from ._parse import ReplyError as ReplyError
+from ._parse import logits_from_json as logits_from_json
+from ._parse import logits_from_logprobs as logits_from_logprobs
+from ._request import Request as Request
+from ._retry import Retry as Retry
+from ._retry import ScorerError as ScorerError
+from ._scorer import Answer as Answer
+from ._scorer import FunctionScorer as FunctionScorer
+from ._scorer import Scorer as Scorer

@@ -1,0 +1,162 @@
+"""A persistent cache of scores: one SQLite file (standard library, WAL mode), one row per
+(scorer identity, request), each answer committed as it arrives."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+
+import numpy as np
+
+from ._request import Request, canonical_json, decode_logits, digest, encode_logits
+
+SCHEMA = 1
+KIND = "blamejax-scores"
+
+_TABLES = """
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS answers (
+    key TEXT PRIMARY KEY,
+    scorer TEXT NOT NULL,
+    model TEXT,
+    template TEXT,
+    temperature REAL,
+    step TEXT NOT NULL,
+    variant TEXT NOT NULL,
+    inputs TEXT NOT NULL,
+    options TEXT NOT NULL,
+    logits TEXT NOT NULL,
+    input_tokens INTEGER NOT NULL,
+    output_tokens INTEGER NOT NULL,
+    created REAL NOT NULL
+);
+"""
+
+
+class CacheError(ValueError):
+    """A cache file that cannot be used: corrupt, not a score cache, or another schema."""
+
+
+class OfflineMiss(LookupError):
+    """In offline mode, a request the cache does not hold."""
+
+
+class Cache:
+    """Scores on disk, keyed on the scorer's identity (kind, model, prompt template,
+    temperature, mode) and the request (step, variant, inputs, options).
+
+    - `path`: the SQLite file (created with its tables if absent).
+    - `offline`: if True, a request the cache does not hold raises `OfflineMiss` naming it,
+      and nothing is ever sent to a model; replay from a committed cache runs this way.
+
+    Safe for several processes and threads writing at once (WAL journal, a busy timeout;
+    the first answer stored for a key is kept, and every reader gets that one). Each answer
+    is committed on its own as it arrives, so a killed run loses nothing already answered.
+
+    **Raises:** `CacheError` naming the file if it is not SQLite, not a blamejax score cache,
+    or written with another schema version.
+
+    ```python
+    import numpy as np
+    from blamejax.scorers import Cache, Request
+    cache = Cache("scores.sqlite")
+    r = Request("route", "factual", "refund please", ("refund", "escalate"))
+    cache.put("my-model", r, np.array([0.0, float("-inf")]))
+    assert cache.get("my-model", r).tolist() == [0.0, float("-inf")]
+    assert cache.get("other-model", r) is None and len(cache) == 1
+    ```
+    """
+
+    def __init__(self, path, *, offline: bool = False, timeout: float = 30.0):
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"`path` must be a file path, got {path!r}")
+        if not isinstance(offline, bool):
+            raise TypeError(f"`offline` must be True or False, got {offline!r}")
+        self.path = os.fspath(path)
+        self.offline = offline
+        self._lock = threading.Lock()
+        try:
+            self._db = sqlite3.connect(self.path, timeout=timeout, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as error:
+            raise CacheError(f"{self.path}: cannot open the score cache: {error}") from None
+        try:
+            self._open()
+        except sqlite3.DatabaseError as error:
+            self._db.close()
+            raise CacheError(f"{self.path}: not a readable SQLite score cache ({error}); delete it or choose another path") from None
+        except CacheError:
+            self._db.close()
+            raise
+
+    def _open(self) -> None:
+        db = self._db
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if tables and "meta" not in tables:
+            raise CacheError(f"{self.path}: an SQLite file that is not a blamejax score cache (tables {sorted(tables)})")
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        if not tables:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                for statement in _TABLES.split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+                db.execute("INSERT OR IGNORE INTO meta VALUES ('kind', ?), ('schema', ?)", (KIND, str(SCHEMA)))
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        meta = dict(db.execute("SELECT name, value FROM meta"))
+        if meta.get("kind") != KIND:
+            raise CacheError(f"{self.path}: an SQLite file that is not a blamejax score cache (meta {meta})")
+        if meta.get("schema") != str(SCHEMA):
+            raise CacheError(
+                f"{self.path}: a score cache of schema version {meta.get('schema')}, but this blamejax "
+                f"reads version {SCHEMA}; use a matching blamejax or start a new cache file"
+            )
+
+    def get(self, identity: str, request: Request) -> np.ndarray | None:
+        """The stored logits of `request` under the scorer `identity`, or None."""
+        with self._lock:
+            row = self._db.execute("SELECT logits FROM answers WHERE key = ?", (digest(identity, request),)).fetchone()
+        return None if row is None else decode_logits(row[0])
+
+    def put(self, identity: str, request: Request, logits, *, input_tokens: int = 0, output_tokens: int = 0) -> np.ndarray:
+        """Store `logits` for `request` (committed at once) unless the key is already held;
+        returns the stored logits (the first answer written for the key)."""
+        fields = _identity_fields(identity)
+        key = digest(identity, request)
+        with self._lock:
+            self._db.execute(
+                "INSERT OR IGNORE INTO answers VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    key, identity, fields.get("model"), fields.get("template"), fields.get("temperature"),
+                    request.step, request.variant, canonical_json(request.inputs, where="inputs"),
+                    json.dumps(list(request.options), ensure_ascii=False), encode_logits(np.asarray(logits, np.float64)),
+                    int(input_tokens), int(output_tokens), time.time(),
+                ),
+            )
+            row = self._db.execute("SELECT logits FROM answers WHERE key = ?", (key,)).fetchone()
+        return decode_logits(row[0])
+
+    def __len__(self) -> int:
+        with self._lock:
+            return self._db.execute("SELECT COUNT(*) FROM answers").fetchone()[0]
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __repr__(self) -> str:
+        return f"Cache({self.path!r}, offline={self.offline})"
+
+
+def _identity_fields(identity: str) -> dict:
+    try:
+        fields = json.loads(identity)
+    except ValueError:
+        return {}
+    return fields if isinstance(fields, dict) else {}
