@@ -58,6 +58,7 @@ from ._checkpoint import (
     tree_identity,
     write_checkpoint,
 )
+from ._devices import over_failures
 from ._exact import exact_run, explain_nan, take_rows
 from ._mc import mc_shapley_fixed
 
@@ -669,8 +670,8 @@ def _analyse(settings: BatchSettings, cases, worlds, start: int, case_ids) -> di
         return dict(out, evaluations=num_f * num_w * (1 << n))
     key = jr.fold_in(settings.key, 0)  # failure i of the stream: fold_in(key, i), whatever its block
     function = _mc_function(game, settings.num_permutations)
-    estimate, empty, full, last, resolve, low, high, nan = function(
-        cases, worlds, key, settings.threshold, jnp.int32(start)
+    estimate, empty, full, last, resolve, low, high, nan = over_failures(  # split over devices
+        function, cases, worlds, key, settings.threshold, jnp.int32(start)
     )
     nan = np.asarray(nan)
     check_scores_in_range(

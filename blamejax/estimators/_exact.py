@@ -28,6 +28,7 @@ from ..report import (
     number,
     step_rows,
 )
+from ._devices import failure_sharding, num_shards, place, to_local
 
 DEFAULT_MAX_STEPS = 20
 DEFAULT_BUDGET = 2**21  # scores (failure x world x coalition) per compiled call
@@ -171,25 +172,6 @@ def _non_finite(cases):
     return jnp.any(jnp.stack(flags)) if flags else jnp.asarray(False)
 
 
-def _failure_sharding(devices):
-    """`NamedSharding` that splits a leading failure axis over `devices` (None: all devices
-    of the default backend), or None when there is only one device."""
-    given = devices
-    if devices is None:
-        devices = jax.devices()
-    elif isinstance(devices, jax.Device):
-        devices = [devices]
-    if isinstance(devices, str) or not isinstance(devices, (list, tuple)):
-        raise TypeError(f"`devices` must be a jax device or a non-empty sequence of them, got {given!r}")
-    devices = list(devices)
-    if not devices or not all(isinstance(d, jax.Device) for d in devices):
-        raise TypeError(f"`devices` must be a jax device or a non-empty sequence of them, got {given!r}")
-    if len(devices) == 1:
-        return None
-    mesh = jax.sharding.Mesh(np.asarray(devices), ("failures",))
-    return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("failures"))
-
-
 @jax.jit
 def take_rows(tree, index):
     """Rows `index` of every leaf (on the device): one chunk of failures, padded."""
@@ -312,8 +294,8 @@ def exact_run(
     elif not isinstance(chunk_size, int) or chunk_size < 1 or chunk_size & (chunk_size - 1):
         raise ValueError(f"`chunk_size` must be a positive power of two, got {chunk_size!r}")
     function = _chunk_function(game, interactions, world_group)
-    sharding = _failure_sharding(devices)
-    width = 1 if sharding is None else sharding.mesh.size
+    sharding = failure_sharding(devices)
+    width = num_shards(sharding)
     chunk_size = max(chunk_size, width)
     pieces, stats = [], []
     for start in range(0, num_failures, chunk_size):
@@ -325,9 +307,9 @@ def exact_run(
             index = np.arange(start, start + bucket)
             index = np.where(index < stop, index, start)  # pad with a real failure, dropped below
             chunk_cases, chunk_worlds = take_rows((cases, worlds), jnp.asarray(index, jnp.int32))
-        if sharding is not None:
-            chunk_cases, chunk_worlds = jax.device_put((chunk_cases, chunk_worlds), sharding)
-        attribution, last, chunk_stats, resolve = function(chunk_cases, chunk_worlds, threshold)
+        chunk_cases, chunk_worlds = place((chunk_cases, chunk_worlds), sharding)
+        # Across processes the outputs are gathered whole into every process.
+        attribution, last, chunk_stats, resolve = to_local(function(chunk_cases, chunk_worlds, threshold))
         pieces.append((attribution, last, resolve, stop - start))
         stats.append(chunk_stats)
     stats = np.asarray(stats[0])[None] if len(stats) == 1 else np.stack([np.asarray(x) for x in stats])

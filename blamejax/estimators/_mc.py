@@ -64,6 +64,7 @@ from ..stats import (
     top1_separated,
     widths_below,
 )
+from ._devices import failure_sharding, num_shards, slot_layout, split_over_devices
 from ._exact import explain_nan, take_rows
 
 _PERM_TAG = 0x5045524D  # "PERM": keeps the order stream apart from the noise streams
@@ -394,8 +395,9 @@ class MCSettings(NamedTuple):
     unit_computed: int  # evaluations computed per sample (prefix padding included)
     fixed_cost: int  # evaluations of the empty and the full coalition
     num_slots: int  # failure slots per compiled call
-    num_lanes: int  # samples per loop iteration
+    num_lanes: int  # samples per loop iteration (per device)
     history: bool
+    devices: int = 1  # devices the failure slots are split over
 
 
 class MCState(NamedTuple):
@@ -478,6 +480,7 @@ def mc_shapley(
     chunk_size: int = 1024,
     lanes: int | None = None,
     history: bool = False,
+    devices: Sequence | None = None,
 ) -> MCResult:
     """Monte Carlo Shapley values of every failure, with confidence intervals valid at every
     checkpoint and adaptive stopping; failures are processed together and each stops on its
@@ -534,6 +537,10 @@ def mc_shapley(
     - `lanes`: samples per loop iteration, shared by the active failures (at least the
       number of failure slots); by default about 16384 evaluations' worth.
     - `history`: also return the estimates and intervals at every checkpoint.
+    - `devices`: the devices to split the failures over (default: every device of every
+      process; see docs/scaling.md). Each device advances its share of the active
+      failures with its share of the lanes; a failure's samples are the same however
+      the failures are split.
 
     **Returns:** an `MCResult`.
 
@@ -556,7 +563,16 @@ def mc_shapley(
         antithetic, chunk_size, lanes, history,
     )
     cases = jax.tree_util.tree_map(jnp.asarray, cases)  # on the device once, sliced there
+    sharding = failure_sharding(devices)
+    if sharding is not None:  # each device: its share of the failures and of the lanes
+        width = num_shards(sharding)
+        settings = settings._replace(devices=width, num_lanes=-(-settings.num_lanes // width))
     advance = _advance_function(game, settings.antithetic, settings.num_lanes)
+    if sharding is not None:
+        advance = split_over_devices(
+            advance, sharding, (0, 0, 0, None, 0, 0, 0, "device", None, None),
+            (0, 0, "device", "device", "device", 0, 0),
+        )
     state = _mc_init(settings)
     for k, t_k in enumerate(settings.schedule, start=1):
         state = _mc_step(settings, advance, state, cases, worlds, k, t_k)
@@ -675,7 +691,7 @@ def _mc_step(settings: MCSettings, advance, state: MCState, cases, worlds, k: in
     steps_now = t_k - t_prev
     dtype = jnp.result_type(float)  # the scores' dtype: float32, or float64 under x64
     lows, highs = [], []
-    for part, index, rows in _packed(active, settings.num_slots):
+    for part, index, rows, num_active, positions in _packed(active, settings.num_slots, settings.devices):
         cases_s, worlds_s = take_rows((cases, worlds), rows)
         shift = mean[index].astype(dtype)
         s1, s2, lo, hi, iterations, ends_empty, ends_full = advance(
@@ -686,24 +702,23 @@ def _mc_step(settings: MCSettings, advance, state: MCState, cases, worlds, k: in
             empty[index].astype(dtype),
             full[index].astype(dtype),
             shift,
-            np.int32(len(part)),
+            num_active,
             np.int32(t_prev),
             np.int32(t_k),
         )
-        size = len(part)
         if t_prev == 0:  # the first call also scored the empty and full coalitions
-            empty[part] = np.asarray(ends_empty)[:size]
-            full[part] = np.asarray(ends_full)[:size]
-            computed += settings.num_slots * settings.fixed_cost
-        s1 = np.asarray(s1, np.float64)[:size]
-        s2 = np.asarray(s2, np.float64)[:size]
-        lows.append(float(lo))
-        highs.append(float(hi))
-        computed += int(iterations) * settings.num_lanes * settings.unit_computed
+            empty[part] = np.asarray(ends_empty)[positions]
+            full[part] = np.asarray(ends_full)[positions]
+            computed += len(index) * settings.fixed_cost
+        s1 = np.asarray(s1, np.float64)[positions]
+        s2 = np.asarray(s2, np.float64)[positions]
+        lows.append(float(np.min(lo)))  # one per device when split
+        highs.append(float(np.max(hi)))
+        computed += int(np.sum(iterations)) * settings.num_lanes * settings.unit_computed
         # Merge this call's sums into the running mean and sum of squared deviations
         # (Chan et al.'s parallel update, in float64 on the host).
         chunk_mean = s1 / steps_now
-        chunk_m2 = np.maximum(s2 - steps_now * (chunk_mean - shift[:size]) ** 2, 0.0)
+        chunk_m2 = np.maximum(s2 - steps_now * (chunk_mean - shift[positions]) ** 2, 0.0)
         t_old = count[part][:, None].astype(np.float64)
         diff = chunk_mean - mean[part]
         mean[part] += diff * steps_now / (t_old + steps_now)
@@ -742,13 +757,20 @@ def _mc_step(settings: MCSettings, advance, state: MCState, cases, worlds, k: in
     return state._replace(active=active, t_prev=t_k, computed=computed)
 
 
-def _packed(active, num_slots: int):
+def _packed(active, num_slots: int, num_devices: int = 1):
     """The active failures in groups of at most S, each padded to S slots with copies of
-    its first failure: `(failures, padded index, padded rows on the device)`."""
+    its first failure (split over several devices, each device's share packed into its own
+    slots: `slot_layout`): `(failures, padded index, padded rows on the device, active slots
+    (one count per device when split), the slot of each failure)`."""
     for start in range(0, len(active), num_slots):
         part = active[start : start + num_slots]
-        index = np.concatenate([part, np.full(num_slots - len(part), part[0])])
-        yield part, index, jnp.asarray(index, jnp.int32)
+        if num_devices > 1:
+            slots = -(-num_slots // num_devices) * num_devices
+            index, num_active, positions = slot_layout(part, slots, num_devices)
+        else:
+            index = np.concatenate([part, np.full(num_slots - len(part), part[0])])
+            num_active, positions = np.int32(len(part)), np.arange(len(part))
+        yield part, index, jnp.asarray(index, jnp.int32), num_active, positions
 
 
 def _mc_finish(settings: MCSettings, state: MCState) -> MCResult:
