@@ -340,7 +340,7 @@ _CSS = """
 .S .stop{background:#eef3fb} .S .clipped{color:#a33}
 .S details{margin:2px 0} .S summary{cursor:pointer;font-size:13px}
 .S ul.notes{font-size:13px;color:#444;margin:4px 0 8px;padding-left:20px} .S ul.notes li{margin:2px 0}
-.S svg{display:block;width:100%;height:auto;max-width:1000px}
+.S svg{display:block;width:100%;height:auto;max-width:1000px;min-width:720px} .S .scroll{overflow-x:auto}
 """
 
 
@@ -442,8 +442,8 @@ def batch_html_fragment(result) -> str:
         return "".join(out)
     out.append("<h3>Blame per step</h3>")
     out.append(f'<p class="muted">{esc(ORDER_NOTE)} {esc(UNITS_NOTE)}</p>')
-    out.append(batch_chart(result, step_order(result.mean_shapley)))
-    out.append(_summary_table(result))
+    out.append('<div class="scroll">' + batch_chart(result, step_order(result.mean_shapley)) + "</div>")
+    out.append('<div class="scroll">' + _summary_table(result) + "</div>")
     out.append('<ul class="notes">' + "".join(f"<li>{esc(n)}</li>" for n in _interval_notes(result)) + "</ul>")
     out.append(f'<p class="muted">{esc(_largest_summary(result))}</p>')
     out.append(f'<p class="caveat">{esc(CAVEAT)}</p>')

@@ -61,6 +61,7 @@ def _bars(result, order, Figure, figsize):
     ax = axes[0]
     ax.barh(y, mean, color="#3366cc", height=0.5)
     rule = result.interval
+    reach = [0.0, *mean[np.isfinite(mean)]]  # the axis: the means and their fixed-sample intervals
     for name, offset, color, lw, label in (
         ("fixed", 0.0, "#111", 2.0, f"{100 * iv.level:.4g}% fixed-sample (Student t)"),
         (rule, 0.3, "#888", 1.2, f"{100 * (1 - result.delta):.4g}% anytime "
@@ -68,17 +69,21 @@ def _bars(result, order, Figure, figsize):
     ):
         lo, hi = take(getattr(iv, f"{name}_lower")), take(getattr(iv, f"{name}_upper"))
         show = np.isfinite(lo) & np.isfinite(hi) & (hi - lo < 2 * width * (1 - 1e-9))
+        if name == "fixed":
+            reach += [*lo[show], *hi[show]]
         if show.any():
             ax.errorbar(
                 mean[show], y[show] + offset, xerr=[mean[show] - lo[show], hi[show] - mean[show]],
                 fmt="none", ecolor=color, elinewidth=lw, capsize=3, label=label,
             )
     ax.axvline(0, color="#999", lw=0.8)
+    pad = 0.05 * max(max(reach) - min(reach), 0.02)
+    ax.set_xlim(max(-width, min(reach) - pad), min(width, max(reach) + pad))  # anytime runs off
     ax.set_xlabel("mean Shapley value")
     ax.set_yticks(y, names)
     ax.invert_yaxis()
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8, loc="lower right")
+        figure.legend(loc="outside lower center", ncols=2, fontsize=8, frameon=False)
     for ax, values, label, color in (
         (axes[1], take(result.share_of_repair), "share of repair", "#7fa6de"),
         (axes[2], take(result.resolve_rate), "fix-alone resolve rate", "#5aa469"),
