@@ -134,7 +134,7 @@ def test_ctrl_c_keeps_the_last_block_and_resumes_bit_identically(tmp_path, monke
     assert writes == []
 
 
-@pytest.mark.parametrize("estimator", ["exact", "mc"])
+@pytest.mark.parametrize("estimator", ["exact", pytest.param("mc", marks=pytest.mark.slow)])
 def test_resume_with_stop_early_and_monte_carlo(tmp_path, monkeypatch, estimator):
     cases = bj.demos.agent8_cases(300)
     kwargs = dict(interval="normal", first_checkpoint=4, stop_early=True, estimator=estimator, num_permutations=8)
@@ -188,7 +188,9 @@ def test_resume_after_sigkill_in_a_subprocess(tmp_path, monkeypatch, reference):
     assert_same_result(resumed, reference[0])
 
 
-@pytest.mark.parametrize("moment", ["while compiling", "during the blocks", "twice during the blocks"])
+@pytest.mark.parametrize(
+    "moment", ["while compiling", "during the blocks", pytest.param("twice during the blocks", marks=pytest.mark.slow)]
+)
 def test_ctrl_c_in_a_subprocess_never_crashes(tmp_path, reference, moment):
     """SIGINT while the child compiles its first calls, or while it analyses blocks (once,
     or twice in a row): it ends by KeyboardInterrupt (never a segmentation fault), says how

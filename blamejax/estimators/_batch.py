@@ -194,8 +194,8 @@ def blame_batch(
       start over. See "Long batches" below.
     - `block_size`: failures analysed per compiled call (one block: what a checkpoint saves,
       the progress bar shows, and a Ctrl-C waits for). Default: 32 when stopping early;
-      otherwise about a twentieth of the failures, a multiple of 32, and unless `checkpoint`
-      or `progress` is given at least 1,024 (a smaller batch is one call). The per-failure
+      otherwise about a twentieth of the failures, at least 32, and unless `checkpoint` or
+      `progress` is given at least 1,024 (a smaller batch is one call). The per-failure
       values do not depend on it (tested bit for bit on the CPU).
 
     **Long batches.** With `checkpoint`, blocks are written as strict JSON (arrays as their
@@ -488,15 +488,17 @@ def _batch_init(settings: BatchSettings, front: BatchFront, cases) -> BatchState
 
 def _block_size(settings: BatchSettings, size: int) -> int:
     """Failures per block: as asked; else 32 when stopping early; else about `NUM_BLOCKS`
-    blocks of a multiple of 32, at least `MIN_PLAIN_BLOCK` failures unless a checkpoint is
+    blocks of at least 32 failures, and at least `MIN_PLAIN_BLOCK` unless a checkpoint is
     kept or progress shown (so that a plain batch of up to that many failures is one call,
-    and a long one still stops soon after a Ctrl-C)."""
+    and a long one still stops soon after a Ctrl-C), evened out so that the last block is
+    nearly full (it is padded to the block size: one compiled shape)."""
     if settings.block_size is not None:
         return min(settings.block_size, size)
     if settings.stop_early:
         return STOP_EARLY_BLOCK
     block = STOP_EARLY_BLOCK * -(-size // (NUM_BLOCKS * STOP_EARLY_BLOCK))
-    return min(size, block if settings.in_blocks else max(block, MIN_PLAIN_BLOCK))
+    block = min(size, block if settings.in_blocks else max(block, MIN_PLAIN_BLOCK))
+    return -(-size // -(-size // block))  # blocks of equal size: the last one pads little
 
 
 def _batch_step(settings: BatchSettings, state: BatchState) -> BatchState:
