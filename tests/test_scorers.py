@@ -329,10 +329,12 @@ def test_malformed_json_replies_are_clear_errors(api, adapter, tmp_path):
     assert len(cache) == 0 and len(api.received) == len(MALFORMED)  # not retried, not stored
 
 
-@pytest.mark.parametrize("adapter", ["openai", "anthropic"])
-def test_a_rate_limit_is_retried_after_the_wait_it_asks_for(api, adapter):
+@pytest.mark.parametrize("adapter, header", [
+    ("openai", {"retry-after": "0.2"}), ("openai", {"retry-after-ms": "200"}), ("anthropic", {"retry-after": "0.2"}),
+])
+def test_a_rate_limit_is_retried_after_the_wait_it_asks_for(api, adapter, header):
     text = '{"refund": 0.5, "escalate": 0.25, "close": 0.25}'
-    api.script.append(Reply({"error": {"message": "slow down", "type": "rate_limit_error"}}, 429, {"retry-after": "0.2"}))
+    api.script.append(Reply({"error": {"message": "slow down", "type": "rate_limit_error"}}, 429, header))
     api.script.append(Reply(chat(text) if adapter == "openai" else message(text)))
     scorer = openai_scorer(api, mode="json") if adapter == "openai" else anthropic_scorer(api)
     start = time.monotonic()
