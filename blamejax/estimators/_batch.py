@@ -774,7 +774,8 @@ def _progress(enabled: bool, total: int, done: int = 0):
     except ImportError:  # tqdm is optional
         return None
     return tqdm(
-        total=total, initial=done, desc="failures", unit="failure", leave=False, smoothing=0.5, mininterval=0
+        total=total, initial=done, desc="failures", unit="failure", leave=False, smoothing=0.5,
+        mininterval=0, miniters=1,  # show every block
     )
 
 
