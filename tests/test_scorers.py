@@ -162,29 +162,34 @@ def test_cache_rejects_a_corrupt_file_another_schema_and_a_foreign_database(tmp_
 WRITER = """
 import json, sys, time, pathlib
 import numpy as np
-from blamejax.scorers import Cache, Request
 path, tag, go = sys.argv[1], float(sys.argv[2]), pathlib.Path(sys.argv[3])
 cache = Cache(path)
-deadline = time.time() + 20
+pathlib.Path(f"{go}.{int(tag)}").touch()  # ready
+deadline = time.time() + 30
 while not go.exists() and time.time() < deadline:
-    time.sleep(0.005)
+    time.sleep(0.002)
 mine = range(0, 150) if tag == 1 else range(100, 250)
-mismatch = 0
+mismatch, start = 0, time.time()
 for i in mine:
     r = Request("s", "factual", i, ("x", "y"))
     stored = cache.put("writer", r, np.array([tag, float(i)]))
     mismatch += stored.tolist() != cache.get("writer", r).tolist()
-print(json.dumps({"mismatch": mismatch}))
+    time.sleep(0.001)
+print(json.dumps({"mismatch": mismatch, "start": start, "end": time.time()}))
 """
 
 
-# The children load bj.scorers alone (it needs neither jax nor the rest of the package), so
-# that they start fast.
+# The children load only the modules of bj.scorers they use (the cache, the request, the
+# scorer protocol need neither jax nor the rest of the package), so that they start fast.
 ALONE = f"""
 import sys, types
-package = types.ModuleType("blamejax")
-package.__path__ = [{str(ROOT / "blamejax")!r}]
-sys.modules["blamejax"] = package
+for name, path in (("blamejax", {str(ROOT / "blamejax")!r}), ("blamejax.scorers", {str(ROOT / "blamejax" / "scorers")!r})):
+    module = types.ModuleType(name)
+    module.__path__ = [path]
+    sys.modules[name] = module
+from blamejax.scorers._cache import Cache
+from blamejax.scorers._request import Request
+from blamejax.scorers._scorer import FunctionScorer
 """
 
 
@@ -199,15 +204,20 @@ def test_two_processes_write_one_cache_at_once(tmp_path):
     path, go = tmp_path / "shared.sqlite", tmp_path / "go"
     writers = [_python(WRITER, path, tag, go) for tag in (1, 2)]
     try:
-        time.sleep(0.2)
+        deadline = time.monotonic() + 30
+        while not all(pathlib.Path(f"{go}.{tag}").exists() for tag in (1, 2)) and time.monotonic() < deadline:
+            time.sleep(0.01)
         go.touch()
         outs = [w.communicate(timeout=60) for w in writers]
     finally:
         for w in writers:
             w.kill()
+    reports = []
     for (out, err), w in zip(outs, writers):
         assert w.returncode == 0, err
-        assert json.loads(out) == {"mismatch": 0}
+        reports.append(json.loads(out))
+    assert [r["mismatch"] for r in reports] == [0, 0]
+    assert max(r["start"] for r in reports) < min(r["end"] for r in reports)  # they did overlap
     cache = Cache(path, offline=True)
     assert len(cache) == 250
     for i in range(250):
@@ -220,7 +230,6 @@ def test_two_processes_write_one_cache_at_once(tmp_path):
 
 KILLED = """
 import os, signal, sys
-from blamejax.scorers import Cache, FunctionScorer, Request
 def fn(request):
     if request.inputs == 5:
         os.kill(os.getpid(), signal.SIGKILL)

@@ -11,7 +11,13 @@ function; `OpenAIScorer` asks an OpenAI-compatible server (token log-probabiliti
 scores as JSON); `AnthropicScorer` asks Anthropic's Messages API (scores as JSON). Every
 scorer reads and fills an optional `Cache` (SQLite; offline mode for exact replay without
 a model) and counts its calls, tokens and cache hits in a `Meter`. The client libraries are
-optional: `pip install "blamejax[openai]"` or `"blamejax[anthropic]"`.
+optional: `pip install "blamejax[openai]"` or `"blamejax[anthropic]"`. `fill_lazily`
+scores a trace's logits tables only where the coalitions of fixes reach.
+
+A free-text step (its output is text, not a choice among options) is not scored: a changed
+input gives a fresh sample of text, so blaming it would be interventional, not
+counterfactual. Score a decision instead: which of a few candidate messages (the factual one
+and hand-written corrections) the step sends.
 """
 
 from ._anthropic import AnthropicScorer as AnthropicScorer
