@@ -121,6 +121,8 @@ def test_lazy_filling_checks_its_arguments():
         fill_lazily(runs, _logits, _request)
     with pytest.raises(ValueError, match=r"`players` \['nope'\] are not decision steps to score"):
         fill_lazily(runs, FunctionScorer(_logits), _request, players=["nope"])
+    with pytest.raises(ValueError, match=r"n = 3 players is more than `max_players`=2"):
+        fill_lazily(runs, FunctionScorer(_logits), _request, max_players=2)
     wrong = lambda run, step, variant, parent: Request(step.name, variant, None, ("x", "y"))
     with pytest.raises(ValueError, match="`request` returned options"):
         fill_lazily(runs, FunctionScorer(_logits), wrong)

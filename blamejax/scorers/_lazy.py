@@ -84,6 +84,7 @@ def fill_lazily(
     players=None,
     score: Callable | None = None,
     max_rounds: int = 100,
+    max_players: int = 12,
 ) -> LazyFill:
     """Score the logits tables of `runs` only where the coalitions reach.
 
@@ -96,7 +97,8 @@ def fill_lazily(
       `options` must be the step's.
     - `key`, `num_worlds`: the inferred worlds (as in `bj.traces.blame_runs`).
     - `players`: the steps that get a fix variant (default: every step scored).
-    - `score`: as in `bj.traces.trace_cases`; `max_rounds`: a bound on the batches.
+    - `score`: as in `bj.traces.trace_cases`; `max_rounds`: a bound on the batches;
+      `max_players`: a bound on the players (all 2^n coalitions are replayed at once).
 
     **Returns:** a `LazyFill`; `fill.blame()` (exact) or `fill.blame(estimator="mc",
     max_evaluations=...)` blames it. Every coalition is replayed, so the fill serves any
@@ -137,6 +139,12 @@ def fill_lazily(
     if unknown:
         raise ValueError(f"`players` {sorted(unknown)} are not decision steps to score (options and a choice, no logits)")
     tc = trace_cases([_placeholder(r, players, fix) for r in runs], fix=fix, score=score)
+    players_in_order = [name for name in tc.steps if name in tc.players]
+    if len(players_in_order) > max_players:
+        raise ValueError(
+            f"lazy filling replays all 2^n coalitions, and n = {len(players_in_order)} players is more "
+            f"than `max_players`={max_players}; pass fewer `players` or raise `max_players`"
+        )
     logits = {name: np.array(table, np.float64) for name, table in tc.cases["logits"].items()}
     known = {}
     for name in tc.steps:
@@ -183,7 +191,6 @@ def fill_lazily(
     worlds = inferred_worlds(tc.pipeline, cases(), tc.observed, key, num_worlds)
     # Every coalition in one replay: coalition c's copy of case f (row c F + f) holds the
     # variant the coalition gives each step in both variant slots, and runs factually.
-    players_in_order = [name for name in tc.steps if name in tc.players]
     coalitions = list(itertools.product((0, 1), repeat=len(players_in_order)))
     size = len(tc.runs)
     tiled_worlds = jax.tree_util.tree_map(lambda x: jnp.concatenate([x] * len(coalitions), axis=0), worlds)
