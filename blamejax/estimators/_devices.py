@@ -14,7 +14,9 @@ device of every process, `jax.devices()`), and this module is the one place that
 
 The failure axis of a call is padded to a multiple of the device count (`padded_size`) with
 copies of a real failure; the callers drop the copies from every output before any
-statistic reads it.
+statistic reads it. (Inside a call, the lowest and highest score and the any-NaN flag of a
+chunk may see a copy, which scores exactly what the failure it copies scores in the same
+call, so it cannot change them.)
 """
 
 from __future__ import annotations
