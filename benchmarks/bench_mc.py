@@ -18,6 +18,7 @@ Run from the repository root:
     python benchmarks/bench_mc.py            # n = 16 and 32, 100 failures (a few minutes)
     python benchmarks/bench_mc.py --quick    # a smoke run
     python benchmarks/bench_mc.py --breakdown  # where a call goes (game, choices, sampling)
+    python benchmarks/bench_mc.py --chain  # chain pipelines with `given`, n = 16 ... 256
 
 If shapiq is not installed (it is not a dependency of blamejax), a plain numpy permutation
 sampler stands in for it, and the results say so.
@@ -282,7 +283,7 @@ def breakdown(n, num_failures, seed, repeats, orders=(32, 128, 512)):
         return 0.5 * case["weights"].sum()
 
     game = make_pipeline(n)
-    unpadded = f"the game, scoring only the {n - 1} interior prefixes of an order (no padding)"
+    unpadded = f"the game, all {n - 1} interior prefixes of an order in one block (no padding, no scan)"
     pipelines = {
         "the game (as timed above)": game,
         unpadded: lambda ctx, case: game(ctx, case),  # its own compiled function
@@ -291,10 +292,11 @@ def breakdown(n, num_failures, seed, repeats, orders=(32, 128, 512)):
     }
     out = {}
     for label, pipeline in pipelines.items():
-        # `scored_prefixes` pads an order's n - 1 interior prefixes to a multiple of
-        # `_PREFIX_BLOCK`; a block of 1 turns the padding off (read when compiling).
-        block = bj_mc._PREFIX_BLOCK
-        bj_mc._PREFIX_BLOCK = 1 if label == unpadded else block
+        # `scored_prefixes` scores an order's prefixes in padded blocks of at most 8;
+        # one block of all n - 1 turns the padding and the scan off (read when compiling).
+        blocks = bj_mc._prefix_blocks
+        if label == unpadded:
+            bj_mc._prefix_blocks = lambda n: (1, n - 1)
         try:
             for num_orders in orders:
                 budget = 2 + (n - 1) * num_orders
@@ -306,7 +308,7 @@ def breakdown(n, num_failures, seed, repeats, orders=(32, 128, 512)):
 
                 out[label, num_orders] = 1e3 * timed(call, calls=repeats)[1]
         finally:
-            bj_mc._PREFIX_BLOCK = block
+            bj_mc._prefix_blocks = blocks
     lines = [
         f"### n = {n}, {num_failures} failures: ms per `mc_shapley` call (median of {repeats})",
         "",
@@ -327,6 +329,173 @@ def breakdown(n, num_failures, seed, repeats, orders=(32, 128, 512)):
     return lines
 
 
+# --------------------------------------------------------------------------------------
+# Chain pipelines with `given` (`--chain`): compile time, memory and cost per evaluation
+# as n grows, each size in a fresh process so that peak memory does not mix.
+# --------------------------------------------------------------------------------------
+
+CHAIN_SIZES = (16, 32, 64, 128, 256)
+CHAIN_OPTIONS = 4
+
+
+def chain_cases(n, num_failures, seed):
+    """Random tables of a chain of n steps: step 0 `[2, K]`, step i `[2, K, K]` given step
+    i - 1 (2 variants: factual and fix); the score reads the last choice from `[K]`."""
+    rng = np.random.default_rng(seed + n)
+    tables = [rng.normal(size=(num_failures, 2, CHAIN_OPTIONS)).astype(np.float32) * 1.5]
+    for _ in range(1, n):
+        shape = (num_failures, 2, CHAIN_OPTIONS, CHAIN_OPTIONS)
+        tables.append(rng.normal(size=shape).astype(np.float32) * 1.5)
+    score = rng.uniform(size=(num_failures, CHAIN_OPTIONS)).astype(np.float32)
+    return dict(tables=[jnp.asarray(t) for t in tables], score=jnp.asarray(score))
+
+
+def chain_pipeline(ctx, case):
+    choice = ctx.choose("s0", case["tables"][0])
+    for i in range(1, len(case["tables"])):
+        choice = ctx.choose(f"s{i}", case["tables"][i], given=choice)
+    return choice.take(case["score"])
+
+
+def chain_one(n, num_failures, orders, repeats, seed) -> dict:
+    """One size, in this process: the first call (compile included), the fastest of
+    `repeats` later calls with other keys, and the peak resident memory."""
+    import resource
+
+    cases = chain_cases(n, num_failures, seed)
+    worlds = bj.fresh_worlds(seed, num_failures, 1)
+    budget = 2 + (n - 1) * orders
+
+    def call(key):
+        result = bj.mc_shapley(
+            chain_pipeline, cases, worlds, key=key, max_evaluations=budget, stop=()
+        )
+        jax.block_until_ready(result.values)
+        return result
+
+    start, start_cpu = time.perf_counter(), time.process_time()
+    result = call(0)
+    first, first_cpu = time.perf_counter() - start, time.process_time() - start_cpu
+    times, cpu_times = [], []
+    for r in range(repeats):
+        start, start_cpu = time.perf_counter(), time.process_time()
+        call(r + 1)
+        times.append(time.perf_counter() - start)
+        cpu_times.append(time.process_time() - start_cpu)
+    steady, steady_cpu = min(times), min(cpu_times)
+    evaluations = int(np.asarray(result.evaluations).sum())
+    assert np.all(np.asarray(result.evaluations) == budget), "budget not spent exactly"
+    row = dict(
+        n=n,
+        failures=num_failures,
+        orders=orders,
+        evaluations=evaluations,
+        computed=result.evaluations_computed,
+        first_s=first,
+        compile_s=max(first - steady, 0.0),
+        compile_cpu_s=max(first_cpu - steady_cpu, 0.0),
+        steady_s=steady,
+        ns_per_eval=1e9 * steady / evaluations,
+        ns_per_eval_step=1e9 * steady / evaluations / n,
+        cpu_ns_per_eval_step=1e9 * steady_cpu / evaluations / n,
+        peak_rss_gb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+        load=load(),
+    )
+    if n == 16:  # the estimate at 2^16 evaluations against exact_blame
+        big = 2**16
+        mc = bj.mc_shapley(chain_pipeline, cases, worlds, key=99, max_evaluations=big, stop=())
+        exact = np.asarray(bj.exact_blame(chain_pipeline, cases, worlds).shapley)
+        inside = (exact >= np.asarray(mc.lower) - 1e-6) & (exact <= np.asarray(mc.upper) + 1e-6)
+        row.update(
+            check_budget=big,
+            check_failures_inside=int(inside.all(axis=1).sum()),
+            check_max_error=float(np.abs(np.asarray(mc.values) - exact).max()),
+            check_max_half_width=float(np.max(np.asarray(mc.upper) - np.asarray(mc.lower)) / 2),
+            check_delta=mc.delta,
+        )
+    return row
+
+
+def chain_rows(sizes, num_failures, orders, repeats, seed, log) -> list[dict]:
+    """Every size in its own fresh process (`--chain-one`), so peaks do not mix."""
+    import json
+    import subprocess
+
+    rows = []
+    for n in sizes:
+        command = [
+            sys.executable, __file__, "--chain-one", str(n), "--failures", str(num_failures),
+            "--orders", str(orders), "--repeats", str(repeats), "--seed", str(seed),
+        ]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=3600, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"n = {n} failed:\n{done.stdout}\n{done.stderr}")
+        rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        r = rows[-1]
+        log(
+            f"chain n={n}: compile {r['compile_s']:.1f} s (CPU {r['compile_cpu_s']:.1f} s), "
+            f"{r['ns_per_eval']:.0f} ns/evaluation, {r['ns_per_eval_step']:.2f} ns/evaluation/step, "
+            f"peak RSS {r['peak_rss_gb']:.2f} GB, load {r['load']:.1f}"
+        )
+    return rows
+
+
+def chain_report(rows, command, uptime) -> str:
+    lines = [
+        "# bench_mc --chain: Monte Carlo on chain pipelines with `given`",
+        "",
+        f"Command: `{command}`; jax {jax.__version__}, {jax.devices()[0].platform}, "
+        f"{os.cpu_count()} cores shared with other work (`uptime` before: {uptime}; the "
+        "1-minute load average is given per row: times are disturbed by it, CPU times less so).",
+        "",
+        f"Chain of n steps, {CHAIN_OPTIONS} options, step i `ctx.choose(..., [2, K, K] table, "
+        f"given=step i - 1)`, {rows[0]['failures']} failures, one fresh world each, a fixed "
+        f"budget of {rows[0]['orders']} orders per failure (`stop=()`). Each size runs in a "
+        "fresh process. compile = first call minus the fastest later call; ns per evaluation = "
+        "fastest call / evaluations charged (the padding of `scored_prefixes` is extra work "
+        "not counted); peak RSS = `ru_maxrss` of the process.",
+        "",
+        "| n | evaluations | compile s (wall / CPU) | ns / evaluation | ns / evaluation / step "
+        "(wall / CPU) | peak RSS GB | load |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['n']} | {r['evaluations']:,} | {r['compile_s']:.1f} / {r['compile_cpu_s']:.1f} | "
+            f"{r['ns_per_eval']:.0f} | {r['ns_per_eval_step']:.2f} / {r['cpu_ns_per_eval_step']:.2f} | "
+            f"{r['peak_rss_gb']:.2f} | {r['load']:.1f} |"
+        )
+    by_n = {r["n"]: r for r in rows}
+    lines += ["", "Targets:"]
+    compile_ok = all(r["compile_s"] <= 10 for r in rows)
+    rss_ok = all(r["peak_rss_gb"] <= 2 for r in rows)
+    lines.append(
+        f"- compile <= 10 s at every n: {'met' if compile_ok else 'NOT met'} (largest "
+        f"{max(r['compile_s'] for r in rows):.1f} s wall, {max(r['compile_cpu_s'] for r in rows):.1f} s CPU)"
+    )
+    lines.append(
+        f"- peak RSS <= 2 GB at every n: {'met' if rss_ok else 'NOT met'} (largest "
+        f"{max(r['peak_rss_gb'] for r in rows):.2f} GB)"
+    )
+    if 32 in by_n and 256 in by_n:
+        ratio = by_n[256]["ns_per_eval_step"] / by_n[32]["ns_per_eval_step"]
+        cpu_ratio = by_n[256]["cpu_ns_per_eval_step"] / by_n[32]["cpu_ns_per_eval_step"]
+        lines.append(
+            f"- ns per evaluation per step at n = 256 within 2x of n = 32: "
+            f"{'met' if ratio <= 2 else 'NOT met'} ({ratio:.2f}x wall, {cpu_ratio:.2f}x CPU)"
+        )
+    if 16 in by_n and "check_budget" in by_n[16]:
+        r = by_n[16]
+        ok = r["check_failures_inside"] >= (1 - r["check_delta"]) * r["failures"]
+        lines.append(
+            f"- n = 16, budget 2^16 = {r['check_budget']:,} evaluations per failure: exact_blame's "
+            f"Shapley values lie inside every interval of {r['check_failures_inside']} of "
+            f"{r['failures']} failures (the guarantee: at least 1 - delta = {1 - r['check_delta']:g} "
+            f"of them in expectation): {'met' if ok else 'NOT met'}; largest error "
+            f"{r['check_max_error']:.4f}, largest half-width {r['check_max_half_width']:.4f}"
+        )
+    return "\n".join(lines) + "\n"
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
@@ -342,7 +511,37 @@ def main(argv=None) -> int:
         help="only time where an mc_shapley call goes (n = 16 and 32; writes "
         "benchmarks/results/bench_mc_breakdown.md)",
     )
+    parser.add_argument(
+        "--chain",
+        action="store_true",
+        help="only the chain pipelines with `given` (n = 16 ... 256, each in a fresh process; "
+        "writes benchmarks/results/bench_mc_chain.md)",
+    )
+    parser.add_argument("--chain-one", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--orders", type=int, default=64, help="orders per failure (--chain)")
+    parser.add_argument("--sizes", default=None, help="comma-separated n for --chain")
     args = parser.parse_args(argv)
+    if args.chain_one is not None:
+        import json
+
+        row = chain_one(args.chain_one, args.failures, args.orders, args.repeats, args.seed)
+        print(json.dumps(row))
+        return 0
+    if args.chain:
+        sizes = CHAIN_SIZES if args.sizes is None else tuple(int(x) for x in args.sizes.split(","))
+        uptime = "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
+        rows = chain_rows(sizes, args.failures, args.orders, args.repeats, args.seed, print)
+        command = "python benchmarks/bench_mc.py --chain" + (
+            f" --sizes {args.sizes}" if args.sizes else ""
+        )
+        text = chain_report(rows, command, uptime)
+        print("\n" + text)
+        if args.sizes is None:
+            path = Path("benchmarks/results/bench_mc_chain.md")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            print(f"wrote {path}")
+        return 0
     if args.breakdown:
         lines = [
             "## bench_mc --breakdown",

@@ -4,7 +4,9 @@ A coalition is a plan in which the players it holds run their fix and every othe
 its factual variant. `coalition_values` gives each player one scalar bit and wraps the
 pipeline in one size-2 `vmap` per bit, so values carry only their ancestors' bits (prefix
 sharing: a chain of n steps costs about 2^(n+1) step evaluations, not n 2^n).
-`mask_values` scores arbitrary masks with a plain `vmap` (Monte Carlo prefixes).
+`mask_values` scores arbitrary masks with a plain `vmap` (a block of Monte Carlo prefixes:
+`blamejax.estimators` scans an order's prefixes block by block, so its program stays one
+batched pipeline however many prefixes an order has).
 
 All functions here are pure and written for one failure x one world; the estimators
 `vmap` them over worlds and failures.
@@ -99,13 +101,16 @@ def mask_values(
     fix_variants: Sequence[int],
     masks,
     mode=Hard(),
+    noise=None,
 ) -> Float[Array, " masks"]:
     """The score of each coalition in `masks` (`Bool[Array, "M n"]`, row = coalition over
     `players`) for one case and one world: a plain `vmap` over plans, for sets of coalitions
-    that are not the whole cube (Monte Carlo prefixes, interventions). The world's noise is
-    computed once and shared by every mask (common random numbers).
+    that are not the whole cube (a block of Monte Carlo prefixes, interventions). The
+    world's noise is computed once and shared by every mask (common random numbers);
+    `noise` is that noise if the caller already computed it (`world_noise`).
     """
-    noise = world_noise(structure, world)
+    if noise is None:
+        noise = world_noise(structure, world)
 
     def one(mask):
         plan = mask_plan(structure, players, fix_variants, mask)

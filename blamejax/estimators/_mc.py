@@ -15,9 +15,16 @@ add up to its `v(all) - v(empty)`, and a marginal still lies in an interval of w
 
 **Budget.** Counted in coalition evaluations (one pipeline run of one coalition in one
 world): `2 W` for the empty and full coalitions, then `W (n - 1)` per order (`2 W (n - 1)`
-per antithetic pair). `MCResult.evaluations` is exactly that count. (The compiled calls pad
-each order's prefixes with copies of the full coalition, which runs faster; that padding,
-like idle lanes, counts in `MCResult.evaluations_computed` only.)
+per antithetic pair). `MCResult.evaluations` is exactly that count. (The compiled calls
+score each order's prefixes in blocks of at most 8, padded with copies of the full
+coalition, which runs faster; that padding, like idle lanes, counts in
+`MCResult.evaluations_computed` only.)
+
+**Scoring an order.** Its interior prefixes are scored block by block in a `lax.scan`
+(`scored_prefixes`): the compiled program holds one batched pipeline, one block of
+coalitions for every lane, whatever n is, and what it keeps alive is one block's work, so
+compile time and memory grow with the pipeline (linearly in n), not with the number of
+prefixes times n.
 
 **The driver** (`mc_shapley`) is a host loop over checkpoints fixed in advance
 (`blamejax.stats.checkpoints`), written as `_mc_init` / `_mc_step` / `_mc_finish` over an
@@ -45,11 +52,11 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, UInt32
 
-from .._checks import as_key, check_scores_in_range, check_worlds, leading_size
+from .._checks import as_key, check_scores_in_range, check_worlds, leading_size, warn_not_failures
 from .._compile import compiled, note_trace
 from .._game import Game, make_game
-from ..coalitions import mask_plan
-from ..pipeline import Hard, Structure, World, check_finite_logits, run_score, world_noise
+from ..coalitions import mask_values
+from ..pipeline import Hard, Structure, World, check_finite_logits, world_noise
 from ..report import (
     JSONExport,
     number,
@@ -75,24 +82,13 @@ _PERM_TAG = 0x5045524D  # "PERM": keeps the order stream apart from the noise st
 # --------------------------------------------------------------------------------------
 
 
-def _mask_scores(pipeline, structure, case, world, noise, players, fixes, masks, mode):
-    """Scores of boolean coalition masks `[M, n]` in one world whose site noise is given
-    (`blamejax.mask_values` with the noise computed once outside the sampling loop)."""
-
-    def one(mask):
-        plan = mask_plan(structure, players, fixes, mask)
-        return run_score(pipeline, structure, case, world, plan, mode, noise)
-
-    return jax.vmap(one)(masks)
-
-
 def _scorer(pipeline, structure, case, worlds, noises, players, fixes, mode):
     """`masks [M, n] -> (mean over worlds [M], min score, max score)` for one failure."""
 
     def score(masks):
         per_world = jax.vmap(
-            lambda world, noise: _mask_scores(
-                pipeline, structure, case, world, noise, players, fixes, masks, mode
+            lambda world, noise: mask_values(
+                pipeline, structure, case, world, players, fixes, masks, mode, noise
             )
         )(worlds, noises)  # [W, M]
         return per_world.mean(axis=0), per_world.min(), per_world.max()
@@ -132,22 +128,65 @@ def _ranks(seed: UInt32[Array, " 2"], units: Int[Array, " B"], n: int) -> Int[Ar
     return jax.vmap(one)(units)
 
 
-_PREFIX_BLOCK = 8
+_PREFIX_BLOCK = 8  # prefixes of an order scored together, one block per scan iteration
+
+
+def _prefix_blocks(n: int) -> tuple[int, int]:
+    """`(number of blocks, prefixes per block)` of an order's n - 1 interior prefixes: one
+    block when n - 1 <= 8 (padded to 8 when that adds at most one prefix for every 7),
+    otherwise ceil((n - 1) / 8) blocks of at most 8, as even as can be (padding: less than
+    one prefix per block)."""
+    interior = n - 1
+    if interior <= _PREFIX_BLOCK:
+        padded = 7 * (_PREFIX_BLOCK - interior) <= interior
+        return 1, _PREFIX_BLOCK if padded else interior
+    num_blocks = -(-interior // _PREFIX_BLOCK)
+    return num_blocks, -(-interior // num_blocks)
 
 
 def scored_prefixes(n: int) -> int:
     """How many prefixes of each order are scored: the n - 1 interior ones (the empty and
     full coalition are scored once per failure), padded with copies of the full coalition
-    to a multiple of 8 when that adds at most one for every 7 (n = 8, 15, 16, 22..24, ...).
-    The padding's scores are not used: with the number of coalitions a multiple of the
-    CPU's vector width the compiled pipeline vectorises over them, and an order then takes
-    less time although it scores more (at n = 32, about a quarter less; `python
-    benchmarks/bench_mc.py --breakdown` prints both); more padding costs more than it saves
-    on pipelines with real work per step. It counts in `MCResult.evaluations_computed`,
-    never in a failure's budget."""
-    interior = n - 1
-    padded = -(-interior // _PREFIX_BLOCK) * _PREFIX_BLOCK
-    return padded if 7 * (padded - interior) <= interior else interior
+    to fill blocks of at most 8 (at most one padding prefix for every 7 interior ones:
+    n = 4, 8, 12, 16, 20, 32, 256 score 3, 8, 12, 16, 21, 32, 256).
+
+    An order's prefixes are scored block by block in a `lax.scan`, so the compiled program
+    and the memory it needs do not grow with the number of prefixes, only with the
+    pipeline; within a block the coalitions are batched, and with 8 of them the compiled
+    pipeline vectorises over them (`python benchmarks/bench_mc.py --breakdown` times the
+    same call with all n - 1 prefixes in one unpadded block). The padding's scores are not
+    used: it counts in `MCResult.evaluations_computed`, never in a failure's budget."""
+    num_blocks, block = _prefix_blocks(n)
+    return num_blocks * block
+
+
+def _prefix_values(score, ranks):
+    """`[U, n - 1]`: the mean score over worlds of the interior prefixes of U orders
+    (prefix k fixes the steps of rank < k), scored block by block (`_prefix_blocks`), and
+    the min and max score seen (padding included)."""
+    units, n = ranks.shape
+    num_blocks, block = _prefix_blocks(n)
+    sizes = jnp.arange(1, num_blocks * block + 1, dtype=jnp.int32)
+    sizes = jnp.minimum(sizes, n).reshape(num_blocks, block)  # padding: the full coalition
+
+    def one_block(sizes_b):
+        masks = ranks[:, None, :] < sizes_b[None, :, None]  # [U, block, n]
+        values, low, high = score(masks.reshape(-1, n))
+        return values.reshape(units, block), low, high
+
+    if num_blocks == 1:
+        values, low, high = one_block(sizes[0])
+        return values[:, : n - 1], low, high
+
+    def body(carry, sizes_b):
+        values, low, high = one_block(sizes_b)
+        return (jnp.minimum(carry[0], low), jnp.maximum(carry[1], high)), values
+
+    dtype = jnp.result_type(float)
+    init = (jnp.asarray(jnp.inf, dtype), jnp.asarray(-jnp.inf, dtype))
+    (low, high), values = jax.lax.scan(body, init, sizes)  # values [blocks, U, block]
+    values = jnp.moveaxis(values, 0, 1).reshape(units, num_blocks * block)
+    return values[:, : n - 1], low, high
 
 
 def _samples(score, ranks, empty, full, antithetic: bool):
@@ -156,13 +195,7 @@ def _samples(score, ranks, empty, full, antithetic: bool):
     num, n = ranks.shape
     if antithetic:
         ranks = jnp.concatenate([ranks, (n - 1) - ranks], axis=0)
-    # The n - 1 interior prefixes, perhaps padded with copies of the full coalition (see
-    # `scored_prefixes`).
-    num_scored = scored_prefixes(n)
-    sizes = jnp.minimum(jnp.arange(1, num_scored + 1, dtype=jnp.int32), n)
-    masks = ranks[:, None, :] < sizes[None, :, None]  # [U B, scored, n]
-    values, low, high = score(masks.reshape(-1, n))
-    values = values.reshape(ranks.shape[0], num_scored)[:, : n - 1]
+    values, low, high = _prefix_values(score, ranks)
     dtype = values.dtype
     column = jnp.ones((ranks.shape[0], 1), dtype)
     prefix = jnp.concatenate(
@@ -365,8 +398,10 @@ def _num_slots(num_failures: int, chunk_size: int) -> int:
 
 
 def _num_lanes(num_slots: int, unit_cost: int, lanes: int | None) -> int:
-    """Samples per loop iteration: about `_TARGET_LANES` evaluations per iteration (so a
-    few failures are not dominated by loop overhead), a power of two, at least the slots."""
+    """Samples per loop iteration: about `_TARGET_LANES` evaluations per batch of
+    coalitions scored together (so a few failures are not dominated by loop overhead), a
+    power of two, at least the slots. `unit_cost`: the evaluations of one sample in one
+    batch, i.e. in one block of its prefixes (`_prefix_blocks`)."""
     if lanes is None:
         lanes = max(1, _TARGET_LANES // unit_cost)
         lanes = 1 << (lanes.bit_length() - 1)
@@ -549,8 +584,8 @@ def mc_shapley(
 
     ```python
     import blamejax as bj
-    cases = bj.demos.refund_cases(num_cases=2)
-    worlds = bj.recorded_worlds(0, 2)
+    cases = bj.demos.refund_cases(num_cases=1)  # customer 0's reply was wrong: a failure
+    worlds = bj.recorded_worlds(0, 1)
     result = bj.mc_shapley(bj.demos.refund_pipeline, cases, worlds, key=1,
                            max_evaluations=100_000, stop="top1", epsilon=0.05)
     print(result.table(0))
@@ -578,7 +613,9 @@ def mc_shapley(
         state = _mc_step(settings, advance, state, cases, worlds, k, t_k)
         if len(state.active) == 0:
             break
-    return _mc_finish(settings, state)
+    result = _mc_finish(settings, state)
+    warn_not_failures(result.empty, game.score_range)
+    return result
 
 
 def _mc_settings(
@@ -644,7 +681,7 @@ def _mc_settings(
         unit_computed=unit_computed,
         fixed_cost=fixed_cost,
         num_slots=num_slots,
-        num_lanes=_num_lanes(num_slots, unit_computed, lanes),
+        num_lanes=_num_lanes(num_slots, unit_computed // _prefix_blocks(n)[0], lanes),
         history=bool(history),
     )
 
