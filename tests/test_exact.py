@@ -165,3 +165,25 @@ def test_bad_devices_argument():
         bj.exact_blame(bj.demos.refund_pipeline, cases, bj.recorded_worlds(0, 2), devices=["cpu"])
     with pytest.raises(TypeError, match="`devices`"):
         bj.exact_blame(bj.demos.refund_pipeline, cases, bj.recorded_worlds(0, 2), devices=[])
+
+
+def test_warns_when_the_worlds_do_not_reproduce_the_failures():
+    """Runs that score the top of the range in their factual run under the supplied worlds are
+    named in a `NotAFailureWarning` (by exact_blame and mc_shapley); real failures are not."""
+    import warnings
+
+    pipeline, cases = bj.demos.refund_pipeline, bj.demos.refund_cases(20)
+    scores = np.asarray(bj.replay(pipeline, cases, bj.recorded_worlds(0, 20))["score"][:, 0])
+    failed, passed = np.flatnonzero(scores < 1), np.flatnonzero(scores >= 1)
+    assert failed.size >= 2 and passed.size >= 1
+    ids = np.concatenate([failed[:2], passed[:1]])  # two failures, then a run that passed
+    rows = jax.tree_util.tree_map(lambda x: x[ids], cases)
+    with pytest.warns(bj.estimators.NotAFailureWarning, match=r"1 of 3 failures \(2\) already score"):
+        bj.exact_blame(pipeline, rows, bj.recorded_worlds(0, ids))
+    with pytest.warns(bj.estimators.NotAFailureWarning, match=r"1 of 3 failures \(2\)"):
+        bj.mc_shapley(pipeline, rows, bj.recorded_worlds(0, ids), 0, max_evaluations=2_000)
+    only_failures = jax.tree_util.tree_map(lambda x: x[failed[:2]], cases)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", bj.estimators.NotAFailureWarning)
+        bj.exact_blame(pipeline, only_failures, bj.recorded_worlds(0, failed[:2]))
+        bj.mc_shapley(pipeline, only_failures, bj.recorded_worlds(0, failed[:2]), 0, max_evaluations=2_000)

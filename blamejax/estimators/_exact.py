@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
-from .._checks import check_scores_in_range, check_worlds, leading_size
+from .._checks import check_scores_in_range, check_worlds, leading_size, warn_not_failures
 from .._compile import compiled, note_trace
 from .._game import Game, make_game
 from ..coalitions import coalition_values, explain_nan_score, last_step_blame
@@ -248,9 +248,11 @@ def exact_blame(
     # On the device once (a no-op for JAX arrays), and sliced there.
     cases = jax.tree_util.tree_map(lambda x: x if isinstance(x, jax.Array) else jnp.asarray(x), cases)
     game = make_game(pipeline, cases, steps=steps, fixes=fixes, mode=mode, score_range=score_range)
-    return exact_run(
+    result = exact_run(
         game, cases, worlds, interactions=interactions, max_steps=max_steps, chunk_size=chunk_size, devices=devices
     )[0]
+    warn_not_failures(result.empty, game.score_range)
+    return result
 
 
 def exact_run(
