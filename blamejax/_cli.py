@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 import jax
 import numpy as np
@@ -76,9 +77,16 @@ def _fit(args) -> int:
 
 DEMOS = {"refund": _refund, "car": _car, "agent8": _agent8, "rag": _rag, "fit": _fit, "stopping": _stopping}
 DEFAULT_CASES = {"refund": 20, "car": 200, "agent8": 200, "rag": 200, "fit": 400, "stopping": 3000}
-# The most cases each demo accepts: every case's tables (and, for the batch demos, its
-# coalition tables in the compiled chunks) are held in memory at once.
-MAX_CASES = {"refund": 100_000, "car": 100_000, "agent8": 100_000, "rag": 100_000, "fit": 100_000, "stopping": 100_000}
+# The memory each demo holds per case (its tables, the runs, worlds and reports built from
+# them), measured by `python benchmarks/demo_memory.py --demos NAME` on this project's machine:
+# the growth of the peak resident memory between two sizes, per case (rag: with 8 worlds; it
+# grows with --worlds). A run's need is taken as twice that per case, plus PROCESS_BYTES for
+# the process itself (JAX and the compiled programs), and must fit the memory available.
+# Measured here: refund 1.3 KB, car 290 KB (a case's 1,000 rollouts), agent8 3.5 KB, rag 16 KB,
+# fit 18 KB, stopping 3 KB per case.
+BYTES_PER_CASE = {"refund": 1_300, "car": 290_000, "agent8": 3_500, "rag": 16_000, "fit": 18_000, "stopping": 3_000}
+PROCESS_BYTES = 600 * 2**20
+MEMORY_MARGIN = 2
 # The optional flags, their defaults, and which demo uses which.
 OPTIONAL_FLAGS = {"out": None, "noise": "all", "worlds": 8, "estimator": "auto", "permutations": 64, "skip_noise_sharing": False, "no_progress": False}
 _RAG_FLAGS = {"out", "noise", "worlds", "estimator", "permutations", "skip_noise_sharing", "no_progress"}
@@ -131,10 +139,15 @@ def main(argv=None) -> int:
                 setattr(args, flag, default)
         if args.cases is None:
             args.cases = DEFAULT_CASES[args.name]
-        if not 1 <= args.cases <= MAX_CASES[args.name]:
+        if args.cases < 1:
+            parser.error(f"--cases must be at least 1 for demo {args.name!r}, got {args.cases:,}")
+        need, available, source = memory_need(args.name, args.cases, args.worlds), *available_memory()
+        if need > available:
             parser.error(
-                f"--cases must be in [1, {MAX_CASES[args.name]:,}] for demo {args.name!r}, got "
-                f"{args.cases:,} (each case is held in memory with its coalition tables)"
+                f"--cases {args.cases:,}: demo {args.name!r} would need about {need / 2**30:.1f} GiB "
+                f"({MEMORY_MARGIN} x {_bytes_per_case(args.name, args.worlds):,} bytes per case, "
+                f"measured, plus {PROCESS_BYTES // 2**20} MiB for the process), more than the "
+                f"{available / 2**30:.1f} GiB available ({source}); use fewer cases"
             )
         if args.worlds < 1:
             parser.error(f"--worlds must be at least 1, got {args.worlds}")
@@ -159,6 +172,32 @@ def main(argv=None) -> int:
             parser.error(str(error))
         return 0
     return 2
+
+
+def _bytes_per_case(name: str, worlds: int) -> int:
+    per_case = BYTES_PER_CASE[name]
+    return per_case * max(worlds, 8) // 8 if name == "rag" else per_case
+
+
+def memory_need(name: str, cases: int, worlds: int = 8) -> int:
+    """Bytes a demo run of `cases` cases is taken to need (see `BYTES_PER_CASE`)."""
+    return PROCESS_BYTES + MEMORY_MARGIN * cases * _bytes_per_case(name, worlds)
+
+
+def available_memory() -> tuple[int, str]:
+    """(bytes, where the figure comes from): MemAvailable of /proc/meminfo, else the machine's
+    physical memory, else 4 GiB."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024, "MemAvailable in /proc/meminfo"
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "the machine's physical memory"
+    except (ValueError, OSError, AttributeError):
+        return 4 * 2**30, "an assumed 4 GiB: the machine's memory is unknown"
 
 
 def _seed(text: str) -> int:
