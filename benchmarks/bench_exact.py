@@ -431,7 +431,7 @@ def _targets(row) -> list[str]:
     n = row["n"]
     # The speed, compile and memory targets are the float32 targets at its sizes.
     timed = not row.get("quick") and row["dtype"] == "float32"
-    config = SIZES.get(n, (None,) * 4) if timed else (None,) * 4
+    config = SIZES.get(n, (None,) * 4) if timed and not row.get("scale") else (None,) * 4
     out = []
 
     def mark(name, ok):
