@@ -330,21 +330,24 @@ def split_lines(text: str) -> list[str]:
     return [line.removesuffix("\r") for line in lines]
 
 
-def _files(path) -> list[Path]:
+def list_files(path, suffixes: tuple[str, ...], what: str, key=None) -> list[Path]:
+    """`path` itself, or the files of the folder `path` whose suffix is one of `suffixes`,
+    sorted (by `key` if given); a missing path or an empty folder is an error naming it and
+    `what` it should hold."""
     path = Path(os.fspath(path))
     if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.suffix == ".jsonl" and p.is_file())
+        files = sorted((p for p in path.iterdir() if p.suffix in suffixes and p.is_file()), key=key)
         if not files:
-            raise FileNotFoundError(f"path={str(path)!r} is a folder with no .jsonl trace files")
+            raise FileNotFoundError(f"path={str(path)!r} is a folder with no {'/'.join(suffixes)} {what} files")
         return files
     if not path.is_file():
-        raise FileNotFoundError(f"path={str(path)!r}: no such trace file or folder")
+        raise FileNotFoundError(f"path={str(path)!r}: no such {what} file or folder")
     return [path]
 
 
 def _load(path):
     runs, problems, skipped, seen = [], [], 0, {}
-    for file in _files(path):
+    for file in list_files(path, (".jsonl",), "trace"):
         try:
             lines = split_lines(file.read_text(encoding="utf-8-sig"))
         except (OSError, UnicodeDecodeError) as e:

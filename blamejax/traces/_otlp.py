@@ -8,12 +8,11 @@ per line (as a collector's file exporter writes them).
 """
 
 import json
-import os
 import re
 from pathlib import Path
 
 from ._check import shown
-from ._format import Problem, split_lines
+from ._format import Problem, list_files, split_lines
 
 _STATUS = {
     0: "UNSET", 1: "OK", 2: "ERROR",
@@ -79,20 +78,6 @@ def _natural(path: Path):
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path.name)]
 
 
-def _files(path) -> list[Path]:
-    path = Path(os.fspath(path))
-    if path.is_dir():
-        files = [p for p in path.iterdir() if p.suffix in (".json", ".jsonl") and p.is_file()]
-        if not files:
-            raise FileNotFoundError(
-                f"path={str(path)!r} is a folder with no .json/.jsonl span files"
-            )
-        return sorted(files, key=_natural)
-    if not path.is_file():
-        raise FileNotFoundError(f"path={str(path)!r}: no such span file or folder")
-    return [path]
-
-
 def _documents(file: Path, problems):
     """(line or None, parsed object) for each OTLP export in a file; a .jsonl file holds one
     per line (as the collector's file exporter writes), a .json file one in all."""
@@ -123,7 +108,7 @@ def read_spans(path, problems) -> tuple[list[dict], dict[str, int], int]:
     spans of each trace id; the number of exports (or parts of one) and of spans without a
     trace id that could not be read at all."""
     out, broken, skipped = [], {}, 0
-    for file in _files(path):
+    for file in list_files(path, (".json", ".jsonl"), "span", key=_natural):
         for line, doc in _documents(file, problems):
             where = dict(file=str(file), line=line)
             if doc is _UNREADABLE:

@@ -8,12 +8,11 @@ field, is in docs/traces.md.
 """
 
 import json
-import os
 import re
 from pathlib import Path
 
 from ._check import check_run, shown
-from ._format import ERRORS, Problem, Run, Step, deliver, to_record
+from ._format import ERRORS, Problem, Run, Step, deliver, list_files, to_record
 
 #: The file fields that become run fields; every other field is kept in the run's `extra`.
 MAPPED = ("history", "mistake_agent", "mistake_step", "is_correct")
@@ -23,20 +22,6 @@ _ROLE = re.compile(r"^(?P<agent>[^()]*?)\s*\((?P<note>[^()]*)\)\s*$")
 def _natural(path: Path):
     """Sort key: "2.json" before "10.json"."""
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path.name)]
-
-
-def _files(path) -> list[Path]:
-    path = Path(os.fspath(path))
-    if path.is_dir():
-        files = sorted(
-            (p for p in path.iterdir() if p.suffix == ".json" and p.is_file()), key=_natural
-        )
-        if not files:
-            raise FileNotFoundError(f"path={str(path)!r} is a folder with no .json Who&When files")
-        return files
-    if not path.is_file():
-        raise FileNotFoundError(f"path={str(path)!r}: no such Who&When file or folder")
-    return [path]
 
 
 def parse_role(role: str) -> tuple[str, dict]:
@@ -200,7 +185,7 @@ def from_whowhen(path, *, errors: str = "raise", passed: bool | None = None, pre
     if not isinstance(prefix, str):
         raise TypeError(f"prefix must be a str, got {type(prefix).__name__}")
     runs, problems, skipped = [], [], 0
-    for file in _files(path):
+    for file in list_files(path, (".json",), "Who&When", key=_natural):
         try:
             data = json.loads(file.read_text(encoding="utf-8-sig"))
         except json.JSONDecodeError as e:
