@@ -166,3 +166,33 @@ def test_bad_input():
         bj.blame_batch(chain_pipeline, cases, 0, threshold=2.0)
 
 
+
+
+def _guess_pipeline(ctx, case):
+    """guess -> check: the run passes exactly when `guess` picks option 0 (the check only
+    decorates), so a case's outcome is decided by its guess alone."""
+    guess = ctx.choose("guess", case["guess"])  # [V=2, K=2], near even odds
+    ctx.choose("check", case["check"], given=guess)  # [V=2, K=2, K=2]
+    return guess.take(jnp.array([1.0, 0.0]))
+
+
+def test_observed_choices_decide_which_cases_failed():
+    # A log's observed choices, not a replay under recorded noise, say which runs failed: the
+    # failures are exactly the cases whose observed guess is option 1, every factual run
+    # replays its log, and the drill-down's empty coalition shows the observed path.
+    num = 24
+    rng = np.random.default_rng(3)
+    cases = dict(guess=jnp.asarray(rng.normal(scale=0.1, size=(num, 2, 2)), jnp.float32),
+                 check=jnp.asarray(rng.normal(size=(num, 2, 2, 2)), jnp.float32))
+    observed = np.stack([np.arange(num) % 3 == 0, rng.integers(0, 2, num)], axis=1).astype(np.int32)
+    replay = bj.blame_batch(_guess_pipeline, cases, 0, noise="inferred", num_worlds=2)
+    assert set(replay.failure_ids.tolist()) != set(np.flatnonzero(observed[:, 0]).tolist())
+    result = bj.blame_batch(_guess_pipeline, cases, 0, noise="inferred", num_worlds=2, observed=observed,
+                            keep_coalitions=True)
+    ids = np.asarray(result.failure_ids)
+    assert sorted(ids.tolist()) == np.flatnonzero(observed[:, 0]).tolist()
+    assert result.num_failures == int(observed[:, 0].sum())
+    np.testing.assert_array_equal(result.factual_choice, observed[ids])
+    np.testing.assert_array_equal(result.factual_score, 0.0)
+    np.testing.assert_array_equal(result.empty, 0.0)  # every posterior world replays the failure
+    np.testing.assert_array_equal(np.asarray(result.coalition_choices)[:, 0], observed[ids])

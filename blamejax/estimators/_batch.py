@@ -165,6 +165,8 @@ def blame_batch(
     - `num_worlds`: W for inferred and fresh noise (recorded noise has one world).
     - `observed`: for `"inferred"`, `Int[Array, "cases sites"]` observed choices from a log;
       default: the choices of the recorded run (as if the log kept choices but not noise).
+      Given, they decide which cases failed: a case fails when the run along its observed
+      choices fails, whatever its recorded noise would have chosen.
     - `steps`, `fixes`: the players and their fix variants (see `exact_blame`).
     - `score_range`: the declared score range; `threshold`: a run passes when its score is
       >= threshold (default: the top of the range).
@@ -428,11 +430,21 @@ def _resume(path: str, state: BatchState, progress: dict, arrays: dict) -> Batch
 
 
 def _batch_front(settings: BatchSettings, cases, max_failures) -> BatchFront:
-    """Every case once, as it happened (recorded noise); a pass costs one evaluation. The
-    failures are visited in a seeded random order (at most `max_failures` of them)."""
+    """Every case once, as it happened; a pass costs one evaluation. The failures are
+    visited in a seeded random order (at most `max_failures` of them).
+
+    As it happened means under recorded noise, or, when `observed` choices are given (a log),
+    along the observed path: a case fails when its observed run fails, whatever the recorded
+    noise would have chosen. Its world is then its first posterior world (the one the
+    analysis's world 0 is), which replays the observed choices exactly."""
     game = settings.game
     num_cases = leading_size(cases)
-    recorded, scores, choices = _front_function(game.pipeline, game.structure, game.mode)(cases, settings.key)
+    if settings.observed is None:
+        recorded, scores, choices = _front_function(game.pipeline, game.structure, game.mode)(cases, settings.key)
+    else:
+        ids = np.arange(num_cases)
+        recorded = inferred_worlds(game.pipeline, cases, settings.observed, _inferred_key(settings.key), 1, case_ids=ids)
+        scores, choices = _observed_front_function(game.pipeline, game.structure, game.mode)(cases, recorded)
     scores, choices = np.asarray(scores), np.asarray(choices)
     nan = np.isnan(scores)  # never a pass, never a failure to blame: an error
     check_scores_in_range(
@@ -582,7 +594,7 @@ def _batch_finish(settings: BatchSettings, front: BatchFront, state: BatchState,
     estimator = settings.estimator
     tables = {}
     if settings.keep_coalitions:
-        tables = _coalition_tables(settings, state, analysed)
+        tables = _coalition_tables(settings, front, state, analysed)
         state = state._replace(evaluations=state.evaluations + tables.pop("evaluations"))
     return BatchResult(
         steps=game.steps,
@@ -606,12 +618,14 @@ def _batch_finish(settings: BatchSettings, front: BatchFront, state: BatchState,
     )
 
 
-def _coalition_tables(settings: BatchSettings, state: BatchState, analysed) -> dict:
+def _coalition_tables(settings: BatchSettings, front: BatchFront, state: BatchState, analysed) -> dict:
     """Every coalition's score in every world (`[A, W, 2^n]`, as float64) and every site's
-    output under each failure's recorded noise (`[A, 2^n, sites]`) of the analysed failures."""
+    output in each failure's own world (`[A, 2^n, sites]`: recorded noise, or the observed
+    path when `observed` is given) of the analysed failures."""
     rows = jnp.arange(analysed.size, dtype=jnp.int32)
     cases, worlds = take_rows((state.cases, state.worlds), rows)
-    scores, choices = _coalition_function(settings.game)(cases, worlds, recorded_worlds(settings.key, analysed))
+    own = take_rows(front.recorded, jnp.asarray(analysed, jnp.int32))  # as it happened
+    scores, choices = _coalition_function(settings.game)(cases, worlds, own)
     num_f, num_w = worlds.key.shape
     size = 1 << settings.game.num_players
     return dict(
@@ -652,7 +666,12 @@ def _worlds(settings: BatchSettings, sub_cases, ids, choices) -> World:
     observed = settings.observed
     obs = choices[ids] if observed is None else np.asarray(observed)[ids]
     pipeline = settings.game.pipeline
-    return inferred_worlds(pipeline, sub_cases, obs, jr.fold_in(key, 0xABD), num_worlds, case_ids=ids)
+    return inferred_worlds(pipeline, sub_cases, obs, _inferred_key(key), num_worlds, case_ids=ids)
+
+
+def _inferred_key(key):
+    """The root key of the inferred worlds (the front's and the analysis's are the same)."""
+    return jr.fold_in(key, 0xABD)
 
 
 def _analyse(settings: BatchSettings, cases, worlds, start: int, case_ids) -> dict:
@@ -734,6 +753,19 @@ def _front_function(pipeline, structure, mode):
         run = jax.vmap(lambda case, world: trace_run(pipeline, structure, case, world, mode=mode))
         out = run(cases, jax.tree_util.tree_map(lambda x: x[:, 0], worlds))
         return worlds, out["score"], out["choice"]
+
+    return jax.jit(front)
+
+
+@compiled("batch.observed_front")
+def _observed_front_function(pipeline, structure, mode):
+    """Compiled: every case's run in its given world (one per case, replaying a log's observed
+    choices), `(cases, World [C, 1]) -> (score [C], choice [C, sites])`."""
+
+    def front(cases, worlds):
+        run = jax.vmap(lambda case, world: trace_run(pipeline, structure, case, world, mode=mode))
+        out = run(cases, jax.tree_util.tree_map(lambda x: x[:, 0], worlds))
+        return out["score"], out["choice"]
 
     return jax.jit(front)
 
