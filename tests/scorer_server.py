@@ -108,3 +108,20 @@ class FakeAPI:
         self.server.shutdown()
         self.server.server_close()
         self._thread.join(timeout=5)
+
+
+def text_of(body) -> str:
+    """A deterministic stand-in for a text model: it says what it was asked and with which
+    seed and temperature, so a test can see what the adapter sent."""
+    last = body["messages"][-1]["content"]
+    return f"seed={body.get('seed')} temperature={body.get('temperature')} max_tokens={body.get('max_tokens')}: {last}"
+
+
+def chat_text_model(body):
+    """Chat completions answered with `text_of(body)` as the message content."""
+    return Reply(chat(text_of(body), prompt_tokens=5, completion_tokens=9))
+
+
+def message_text_model(body):
+    """Anthropic messages answered with `text_of(body)` (no seed: the API takes none)."""
+    return Reply(message(text_of(body), input_tokens=6, output_tokens=8))

@@ -14,10 +14,14 @@ a model) and counts its calls, tokens and cache hits in a `Meter`. The client li
 optional: `pip install "blamejax[openai]"` or `"blamejax[anthropic]"`. `fill_lazily`
 scores a trace's logits tables only where the coalitions of fixes reach.
 
-A free-text step (its output is text, not a choice among options) is not scored: a changed
-input gives a fresh sample of text, so blaming it would be interventional, not
-counterfactual. Score a decision instead: which of a few candidate messages (the factual one
-and hand-written corrections) the step sends.
+A free-text step (its output is text, not a choice among options) is written, not scored:
+`scorer.generate([TextRequest(step, variant, inputs, seed), ...])` returns one string per
+request through the same cache, meter and retries, with the seed drawn from the step's noise
+(`text_seed`), sent to the API where it takes one and part of the cache key; the recorded
+texts can be stored with `scorer.record`, so replaying the recorded world needs no call. A
+changed input gives a fresh sample of text, so blame of a free-text step is interventional,
+not counterfactual. For a counterfactual, score a decision instead: which of a few candidate
+messages (the factual one and hand-written corrections) the step sends.
 """
 
 from ._anthropic import AnthropicScorer as AnthropicScorer
@@ -38,3 +42,6 @@ from ._retry import ScorerError as ScorerError
 from ._scorer import Answer as Answer
 from ._scorer import FunctionScorer as FunctionScorer
 from ._scorer import Scorer as Scorer
+from ._text import TextAnswer as TextAnswer
+from ._text import TextRequest as TextRequest
+from ._text import text_seed as text_seed

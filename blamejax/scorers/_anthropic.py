@@ -9,6 +9,7 @@ from ._prompt import render
 from ._remote import RemoteScorer, tokens
 from ._retry import Retry
 from ._scorer import Answer
+from ._text import TextAnswer
 
 
 class AnthropicScorer(RemoteScorer):
@@ -17,6 +18,10 @@ class AnthropicScorer(RemoteScorer):
     logits are log p (rules in `bj.scorers.logits_from_json`). The API returns no
     log-probabilities, so JSON scores are the only mode. The temperature is sent in the
     request body; `temperature=None` sends none, for models that take no sampling settings.
+
+    `generate(text_requests)` writes free-text steps (system messages of the request go in
+    the `system` field). The API takes no seed, so a missing text is an unseeded sample; the
+    seed is still part of the cache key, and replay from the cache is exact.
 
     **Arguments:** `model`; `base_url` (`None`: the client's default); `api_key` (`None`:
     `ANTHROPIC_API_KEY`); `template`, `system`, `temperature`, `max_tokens` (default 256),
@@ -88,3 +93,23 @@ class AnthropicScorer(RemoteScorer):
         text = "".join(getattr(b, "text", "") for b in blocks if getattr(b, "type", None) == "text")
         logits = logits_from_json(text, request, who=self.name)
         return Answer(logits, tokens(usage, "input_tokens"), tokens(usage, "output_tokens"))
+
+    def _generate(self, request):
+        messages = request.messages()
+        system = "\n\n".join(m["content"] for m in messages if m["role"] == "system")
+        turns = [m for m in messages if m["role"] != "system"]
+        options = {"system": system} if system else {}
+
+        def send(client):
+            return client.messages.create(
+                model=self.model, max_tokens=request.max_tokens, messages=turns,
+                extra_body={"temperature": request.temperature}, **options,
+            )
+
+        response = self._request(request, send)
+        usage = getattr(response, "usage", None)
+        blocks = getattr(response, "content", None)
+        if not isinstance(blocks, list):
+            raise ReplyError(f"{self.name} returned a response without content for {request.describe()}")
+        text = "".join(getattr(b, "text", "") for b in blocks if getattr(b, "type", None) == "text")
+        return TextAnswer(text, tokens(usage, "input_tokens"), tokens(usage, "output_tokens"))

@@ -33,7 +33,24 @@ CREATE TABLE IF NOT EXISTS answers (
     output_tokens INTEGER NOT NULL,
     created REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS texts (
+    key TEXT PRIMARY KEY,
+    scorer TEXT NOT NULL,
+    step TEXT NOT NULL,
+    variant TEXT NOT NULL,
+    inputs TEXT NOT NULL,
+    seed INTEGER NOT NULL,
+    temperature REAL NOT NULL,
+    max_tokens INTEGER NOT NULL,
+    text TEXT NOT NULL,
+    input_tokens INTEGER NOT NULL,
+    output_tokens INTEGER NOT NULL,
+    created REAL NOT NULL
+);
 """
+# The texts table came after schema 1's first files; it is added to them on open (an older
+# blamejax reading the file ignores it), so the schema version is unchanged.
+_TEXTS = _TABLES.split(";")[2]
 
 
 class CacheError(ValueError):
@@ -46,7 +63,9 @@ class OfflineMiss(LookupError):
 
 class Cache:
     """Scores on disk, keyed on the scorer's identity (kind, model, prompt template,
-    temperature, mode) and the request (step, variant, inputs, options).
+    temperature, mode) and the request (step, variant, inputs, options); and, in a table of
+    their own, the texts of free-text steps (`get_text`, `put_text`), keyed on the model and
+    the `TextRequest` (step, variant, inputs, seed, temperature, max tokens).
 
     - `path`: the SQLite file (created with its tables if absent).
     - `offline`: if True, a request the cache does not hold raises `OfflineMiss` naming it,
@@ -117,6 +136,8 @@ class Cache:
                 f"{self.path}: a score cache of schema version {meta.get('schema')}, but this blamejax "
                 f"reads version {SCHEMA}; use a matching blamejax or start a new cache file"
             )
+        if "texts" not in tables and tables:
+            db.execute(_TEXTS)
 
     def get(self, identity: str, request: Request) -> np.ndarray | None:
         """The stored logits of `request` under the scorer `identity`, or None."""
@@ -141,6 +162,35 @@ class Cache:
             )
             row = self._db.execute("SELECT logits FROM answers WHERE key = ?", (key,)).fetchone()
         return decode_logits(row[0])
+
+    def get_text(self, identity: str, request) -> str | None:
+        """The stored text of the `TextRequest` `request` under `identity`, or None."""
+        with self._lock:
+            row = self._db.execute("SELECT text FROM texts WHERE key = ?", (digest(identity, request),)).fetchone()
+        return None if row is None else row[0]
+
+    def put_text(self, identity: str, request, text: str, *, input_tokens: int = 0, output_tokens: int = 0) -> str:
+        """Store `text` for the `TextRequest` `request` (committed at once) unless the key is
+        already held; returns the stored text (the first written for the key)."""
+        if not isinstance(text, str):
+            raise TypeError(f"`text` must be a string, got {text!r:.200}")
+        key = digest(identity, request)
+        with self._lock:
+            self._db.execute(
+                "INSERT OR IGNORE INTO texts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    key, identity, request.step, request.variant, canonical_json(request.inputs, where="inputs"),
+                    int(request.seed), float(request.temperature), int(request.max_tokens), text,
+                    int(input_tokens), int(output_tokens), time.time(),
+                ),
+            )
+            row = self._db.execute("SELECT text FROM texts WHERE key = ?", (key,)).fetchone()
+        return row[0]
+
+    def num_texts(self) -> int:
+        """How many texts the cache holds (`len(cache)` counts the scores)."""
+        with self._lock:
+            return self._db.execute("SELECT COUNT(*) FROM texts").fetchone()[0]
 
     def __len__(self) -> int:
         with self._lock:

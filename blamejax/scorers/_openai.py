@@ -10,6 +10,7 @@ from ._prompt import check_options, render
 from ._remote import RemoteScorer, tokens
 from ._retry import Retry
 from ._scorer import Answer
+from ._text import TextAnswer
 
 
 class OpenAIScorer(RemoteScorer):
@@ -38,6 +39,10 @@ class OpenAIScorer(RemoteScorer):
 
     The cache key holds the model, mode, template, system message, temperature and token
     settings, not the address: a hosted answer replays from the cache anywhere.
+
+    `generate(text_requests)` writes free-text steps: each `TextRequest`'s messages are sent
+    with its `seed`, `temperature` and `max_tokens` (the template and system message are not
+    used), and the texts are cached under the model and the request.
 
     **Raises:** `ImportError` naming `pip install "blamejax[openai]"` without the client.
 
@@ -116,3 +121,18 @@ class OpenAIScorer(RemoteScorer):
         content = getattr(getattr(choice, "logprobs", None), "content", None) or []
         top = [(t.token, t.logprob) for t in (content[0].top_logprobs or [])] if content else []
         return Answer(logits_from_logprobs(top, request, absent=self.absent, who=self.name), *used)
+
+    def _generate(self, request):
+        def send(client):
+            return client.chat.completions.create(
+                model=self.model, messages=request.messages(), max_tokens=request.max_tokens,
+                temperature=request.temperature, seed=request.seed,
+            )
+
+        response = self._request(request, send)
+        usage = getattr(response, "usage", None)
+        try:
+            text = response.choices[0].message.content
+        except (AttributeError, IndexError, TypeError):
+            raise ReplyError(f"{self.name} returned a response without choices for {request.describe()}: {response!r:.200}") from None
+        return TextAnswer(text, tokens(usage, "prompt_tokens"), tokens(usage, "completion_tokens"))

@@ -15,6 +15,7 @@ from ._prompt import SYSTEM, check_mode, check_template
 from ._request import Request
 from ._retry import Retry, ScorerError, Transient, check_retry, retry_after, with_retries
 from ._scorer import Scorer
+from ._text import text_identity
 
 
 def import_client(module: str, extra: str):
@@ -69,10 +70,13 @@ class RemoteScorer(Scorer):
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise ValueError(f"`max_tokens` must be an integer >= 1, got {max_tokens!r}")
         self.max_tokens = max_tokens
-        if not isinstance(timeout, numbers.Real) or not timeout > 0:
+        if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not timeout > 0:
             raise ValueError(f"`timeout` must be a number of seconds > 0, got {timeout!r}")
         self.timeout = float(timeout)
         self.retry = check_retry(retry)
+        for name, value in client_options.items():
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"`{name}` must be a string or None, got {value!r}")
         if settings.get("absent", "error") not in ABSENT:
             raise ValueError(f"`absent` must be one of {ABSENT}, got {settings['absent']!r}")
         super().__init__(cache=cache, meter=meter, concurrency=concurrency)
@@ -88,6 +92,7 @@ class RemoteScorer(Scorer):
             sort_keys=True,
             ensure_ascii=False,
         )
+        self.text_identity = text_identity(self.kind, model)
         self.name = f"{type(self).__name__}(model={model!r}, mode={self.mode!r})"
 
     @property
