@@ -64,15 +64,18 @@ def threefry2x32(k1, k2, x1, x2):
     key words `(k1, k2)`, counter words `(x1, x2)`; returns the two output words.
     Bit-exact with `jax.extend.random.threefry_2x32`."""
     k1, k2, x1, x2 = jnp.broadcast_arrays(*(jnp.asarray(a, jnp.uint32) for a in (k1, k2, x1, x2)))
-    schedule = (k1, k2, k1 ^ k2 ^ jnp.uint32(_PARITY))
-    x1, x2 = x1 + k1, x2 + k2
+    # `lax` primitives, not jnp operators: each jnp operator is a small jitted function of its
+    # own, and tracing the ~120 of them per hash was most of the trace time of a first call.
+    add, xor, lax = jax.lax.add, jax.lax.bitwise_xor, jax.lax
+    schedule = (k1, k2, xor(xor(k1, k2), np.uint32(_PARITY)))
+    x1, x2 = add(x1, k1), add(x2, k2)
     for block in range(5):
         for r in _ROTATIONS[block % 2]:
-            x1 = x1 + x2
-            x2 = (x2 << jnp.uint32(r)) | (x2 >> jnp.uint32(32 - r))
-            x2 = x1 ^ x2
-        x1 = x1 + schedule[(block + 1) % 3]
-        x2 = x2 + schedule[(block + 2) % 3] + jnp.uint32(block + 1)
+            x1 = add(x1, x2)
+            x2 = lax.bitwise_or(lax.shift_left(x2, np.uint32(r)), lax.shift_right_logical(x2, np.uint32(32 - r)))
+            x2 = xor(x1, x2)
+        x1 = add(x1, schedule[(block + 1) % 3])
+        x2 = add(add(x2, schedule[(block + 2) % 3]), np.uint32(block + 1))
     return x1, x2
 
 
