@@ -151,13 +151,14 @@ def test_the_same_seed_and_inputs_make_one_call_then_hits(chat_api, tmp_path):
 
 
 def test_an_offline_miss_names_the_request(tmp_path):
+    Cache(tmp_path / "texts.sqlite").close()  # an empty cache
     cache = Cache(tmp_path / "texts.sqlite", offline=True)
     writer = OpenAIScorer("test-model", base_url="http://127.0.0.1:9/v1", api_key="test", cache=cache)
     changed = TextRequest("note", "fix", "Summarise the corrected ticket.", text_seed(0, "note"))
     with pytest.raises(
         OfflineMiss,
         match=rf"texts\.sqlite holds no text of OpenAIScorer\(model='test-model', mode='logprobs'\) for "
-        rf"text of step 'note', variant 'fix', seed {changed.seed}, inputs \"Summarise the corrected ticket\.\" "
+        rf"step 'note', variant 'fix', seed {changed.seed}, inputs \"Summarise the corrected ticket\.\" "
         r"\(and 1 other missing request\(s\)\); generate it online once",
     ):
         writer.generate([changed, changed._replace(seed=1)])
@@ -172,7 +173,7 @@ def test_recorded_texts_replay_with_no_call_and_a_changed_input_is_a_fresh_sampl
     assert writer.generate([recorded]) == ["The ticket asks for a refund."]
     assert chat_api.received == [] and writer.meter.calls == 0 and writer.meter.hits == 1
     writer.record([recorded], ["The ticket asks for a refund."])  # the same text again: kept
-    with pytest.raises(ValueError, match="already holds another text for text of step 'note'"):
+    with pytest.raises(ValueError, match="already holds another text for step 'note', variant 'factual'"):
         writer.record([recorded], ["Something else."])
     # After a fix upstream the step sees other inputs: a new request, a fresh sample (not the
     # recorded luck applied to the new input: interventional).

@@ -70,7 +70,7 @@ class TextRequest(NamedTuple):
         inputs = canonical_json(self.inputs, where="inputs")
         if len(inputs) > 120:
             inputs = inputs[:117] + "..."
-        return f"text of step {self.step!r}, variant {self.variant!r}, seed {self.seed}, inputs {inputs}"
+        return f"step {self.step!r}, variant {self.variant!r}, seed {self.seed}, inputs {inputs}"
 
     def messages(self) -> list[dict]:
         """`inputs` as chat messages."""
