@@ -315,12 +315,13 @@ def _short(value, width: int = 80) -> str:
 class _DeferredInterrupt:
     """A SIGINT handler that only records the signal (saying so on stderr)."""
 
-    def __init__(self):
+    def __init__(self, name: str):
+        self.name = name
         self.received = 0
-        self.notice = "blame_batch: Ctrl-C received; stopping after the current block of failures"
+        self.notice = f"{name}: Ctrl-C received; stopping after the current block of failures"
 
     def __call__(self, signum, frame):
-        print(self.notice if not self.received else "blame_batch: still finishing the current block",
+        print(self.notice if not self.received else f"{self.name}: still finishing the current block",
               file=sys.stderr, flush=True)
         self.received += 1
 
@@ -337,7 +338,7 @@ def defers_interrupts(function):
         previous = signal.getsignal(signal.SIGINT)
         if previous is signal.SIG_IGN or previous is None or isinstance(previous, _DeferredInterrupt):
             return function(*args, **kwargs)
-        signal.signal(signal.SIGINT, _DeferredInterrupt())
+        signal.signal(signal.SIGINT, _DeferredInterrupt(function.__name__))
         try:
             return function(*args, **kwargs)
         finally:
@@ -346,8 +347,11 @@ def defers_interrupts(function):
     return wrapper
 
 
-def interrupted() -> bool:
-    """Whether a SIGINT came during the current `defers_interrupts` call."""
+def interrupted(*after) -> bool:
+    """Whether a SIGINT came during the current `defers_interrupts` call, once the arrays in
+    `after` (if any) are computed: a signal that comes while they run is seen."""
+    if after:
+        jax.block_until_ready(after)
     handler = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
     return isinstance(handler, _DeferredInterrupt) and handler.received > 0
 

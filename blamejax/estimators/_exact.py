@@ -28,6 +28,7 @@ from ..report import (
     number,
     step_rows,
 )
+from ._checkpoint import defers_interrupts, interrupt_notice, interrupted
 from ._devices import failure_sharding, num_shards, place, to_local
 
 DEFAULT_MAX_STEPS = 20
@@ -197,6 +198,7 @@ def _min_max(v):
     return jax.lax.reduce((v, v), init, combine, tuple(range(v.ndim)))
 
 
+@defers_interrupts  # Ctrl-C is honoured between chunks, never inside XLA
 def exact_blame(
     pipeline: Callable,
     cases,
@@ -248,8 +250,10 @@ def exact_blame(
     # On the device once (a no-op for JAX arrays), and sliced there.
     cases = jax.tree_util.tree_map(lambda x: x if isinstance(x, jax.Array) else jnp.asarray(x), cases)
     game = make_game(pipeline, cases, steps=steps, fixes=fixes, mode=mode, score_range=score_range)
+    interrupt_notice("exact_blame: Ctrl-C received; stopping after the current chunk of failures")
     result = exact_run(
-        game, cases, worlds, interactions=interactions, max_steps=max_steps, chunk_size=chunk_size, devices=devices
+        game, cases, worlds, interactions=interactions, max_steps=max_steps, chunk_size=chunk_size,
+        devices=devices, interruptible=True,
     )[0]
     warn_not_failures(result.empty, game.score_range)
     return result
@@ -266,10 +270,12 @@ def exact_run(
     devices=None,
     threshold=None,
     case_ids=None,
+    interruptible=False,
 ):
     """`exact_blame` of a checked `game`, and (for `blame_batch`) with `threshold` given, the
     share of worlds in which fixing each player alone reaches it, `[F, n]`, from the same
-    coalition tables."""
+    coalition tables. `interruptible`: wait for each chunk and stop with `KeyboardInterrupt`
+    after the chunk during which a Ctrl-C came (inside `defers_interrupts`)."""
     num_failures = leading_size(cases)
     structure = game.structure
     # On the device once (a no-op for JAX arrays), and sliced there.
@@ -314,6 +320,11 @@ def exact_run(
         attribution, last, chunk_stats, resolve = to_local(function(chunk_cases, chunk_worlds, threshold))
         pieces.append((attribution, last, resolve, stop - start))
         stats.append(chunk_stats)
+        if interruptible and interrupted(chunk_stats):
+            raise KeyboardInterrupt(
+                f"exact_blame stopped by Ctrl-C after {stop} of {num_failures} failures; nothing "
+                "was kept: blame_batch(..., checkpoint=PATH) keeps each completed block and resumes from it"
+            )
     stats = np.asarray(stats[0])[None] if len(stats) == 1 else np.stack([np.asarray(x) for x in stats])
     if stats[:, 2].any():
         check_finite_logits(cases)  # raises, naming the leaf and the index

@@ -71,6 +71,7 @@ from ..stats import (
     top1_separated,
     widths_below,
 )
+from ._checkpoint import defers_interrupts, interrupt_notice, interrupted
 from ._devices import failure_sharding, num_shards, slot_layout, split_over_devices
 from ._exact import explain_nan, take_rows
 
@@ -494,6 +495,7 @@ def _rules_hold(names, values, lower, upper, epsilon) -> np.ndarray:
     return out
 
 
+@defers_interrupts  # Ctrl-C is honoured between checkpoints, never inside XLA
 def mc_shapley(
     pipeline: Callable,
     cases,
@@ -609,13 +611,27 @@ def mc_shapley(
             (0, 0, "device", "device", "device", 0, 0),
         )
     state = _mc_init(settings)
+    interrupt_notice("mc_shapley: Ctrl-C received; stopping at the end of the current checkpoint")
     for k, t_k in enumerate(settings.schedule, start=1):
         state = _mc_step(settings, advance, state, cases, worlds, k, t_k)
+        if interrupted():
+            raise _interrupted(_mc_finish(settings, state), k, len(settings.schedule))
         if len(state.active) == 0:
             break
     result = _mc_finish(settings, state)
     warn_not_failures(result.empty, game.score_range)
     return result
+
+
+def _interrupted(result: MCResult, k: int, num_checkpoints: int) -> KeyboardInterrupt:
+    """The `KeyboardInterrupt` of a Ctrl-C at checkpoint k, carrying the result so far."""
+    error = KeyboardInterrupt(
+        f"mc_shapley stopped by Ctrl-C at checkpoint {k} of {num_checkpoints}; the estimates so "
+        "far, with intervals valid at that checkpoint, are kept in this exception's `result` "
+        "(`except KeyboardInterrupt as stop: partial = stop.result`)"
+    )
+    error.result = result
+    return error
 
 
 def _mc_settings(
