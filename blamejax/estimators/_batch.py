@@ -16,7 +16,6 @@ worlds; `_batch_step` analyses one block of failures and decides the checkpoints
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -61,6 +60,7 @@ from ._checkpoint import (
 from ._devices import over_failures
 from ._exact import exact_run, explain_nan, take_rows
 from ._mc import mc_shapley_fixed
+from ._order import visit_order
 
 NOISE_MODES = {
     "recorded": "counterfactual, this run's own luck: had this step run its fix, with the "
@@ -454,7 +454,7 @@ def _batch_front(settings: BatchSettings, cases, max_failures) -> BatchFront:
         lambda: explain_nan(game, cases, recorded, nan, np.arange(nan.size)),
     )
     failed = np.flatnonzero(scores < settings.threshold)
-    failed = failed[np.asarray(_visit_order(settings.key, failed.size))]
+    failed = failed[visit_order(settings.key, failed.size)]  # on the host: no program to compile
     if max_failures is not None:
         failed = failed[:max_failures]
     return BatchFront(
@@ -472,7 +472,7 @@ def _batch_init(settings: BatchSettings, front: BatchFront, cases) -> BatchState
     drill-down; one evaluation each), their worlds, and the checkpoints of the stream."""
     game, failed = settings.game, front.failed
     select = _select_function(game)
-    failed_cases, own_worlds, fixed_choices = select(cases, front.recorded, jnp.asarray(failed, jnp.int32))
+    failed_cases, own_worlds, fixed_choices = select(cases, front.recorded, np.asarray(failed, np.int32))
     if settings.noise == "recorded":  # the failures' own worlds
         worlds = own_worlds
     else:
@@ -526,7 +526,7 @@ def _batch_step(settings: BatchSettings, state: BatchState) -> BatchState:
         padded = rows
     else:
         padded = np.concatenate([rows, np.full(block_size - rows.size, rows[0])])
-        block_cases, block_worlds = take_rows((state.cases, state.worlds), jnp.asarray(padded, jnp.int32))
+        block_cases, block_worlds = take_rows((state.cases, state.worlds), np.asarray(padded, np.int32))
     block = _analyse(settings, block_cases, block_worlds, state.start, state.case_ids[padded])
     # the padding's values and evaluations (linear in the rows) are dropped
     evaluations = state.evaluations + block.pop("evaluations") * rows.size // padded.size
@@ -684,9 +684,9 @@ def _analyse(settings: BatchSettings, cases, worlds, start: int, case_ids) -> di
             game, cases, worlds, max_steps=max(n, 20), threshold=settings.threshold, case_ids=case_ids
         )
         out = jax.device_get(
-            dict(shapley=result.shapley, total=result.total, empty=result.empty, full=result.full,
-                 last_step=result.last_step, resolve=resolve)
-        )  # one transfer
+            dict(shapley=result.shapley, empty=result.empty, full=result.full, last_step=result.last_step, resolve=resolve)
+        )  # one transfer; the total repair v(all) - v(empty) on the host (as `result.total`, in its dtype)
+        out = dict(shapley=out["shapley"], total=out["full"] - out["empty"], **{k: v for k, v in out.items() if k != "shapley"})
         out = {name: value.astype(np.float64) if name != "last_step" else value for name, value in out.items()}
         return dict(out, evaluations=num_f * num_w * (1 << n))
     key = jr.fold_in(settings.key, 0)  # failure i of the stream: fold_in(key, i), whatever its block
@@ -788,12 +788,6 @@ def _select_function(game: Game):
         return cases, worlds, jax.vmap(fixed)(cases, jax.tree_util.tree_map(lambda x: x[:, 0], worlds))
 
     return jax.jit(select)
-
-
-@functools.partial(jax.jit, static_argnums=(1,))
-def _visit_order(key, num_failures: int):
-    """The seeded order in which the failures are visited."""
-    return jr.permutation(jr.fold_in(key, 0x0BDE), num_failures)
 
 
 def _progress(enabled: bool, total: int, done: int = 0):
