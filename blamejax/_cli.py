@@ -160,7 +160,7 @@ def main(argv=None) -> int:
 
             try:
                 enable_compile_cache(args.compile_cache)
-            except OSError as error:
+            except (OSError, TypeError) as error:
                 parser.error(f"--compile-cache: cannot use the folder: {error}")
         return DEMOS[args.name](args)
     if args.command == "whowhen":

@@ -125,6 +125,8 @@ def enable_compile_cache(path=None) -> str | None:
             raise TypeError(f"`path` must be a folder path (str or os.PathLike), got {path!r}") from None
         if not isinstance(folder, str) or not folder:
             raise TypeError(f"`path` must be a non-empty folder path, got {path!r}")
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise NotADirectoryError(f"`path` {folder!r} is a file; the compile cache needs a folder")
     os.makedirs(folder, exist_ok=True)
     jax.config.update("jax_compilation_cache_dir", folder)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)

@@ -20,6 +20,7 @@ a hand-written 2-step pipeline whose every case fails (so each estimator analyse
 
 from __future__ import annotations
 
+import json
 import pathlib
 import re
 import sys
@@ -170,6 +171,180 @@ def hard_gradient():
 
 def exact_table(failure):
     return bj.exact_blame(two_step, TWO, TWO_WORLDS).table(failure)
+
+
+# -- traces, scorers, checkpoints, loaders: inputs written to files -------------------------
+# `test_error` runs each row in a fresh temporary folder, so a trigger writes the files it
+# reads under plain relative names (messages quote them as written).
+def at(name: str, text: str | bytes = "") -> str:
+    """Write `text` to the file `name` (in the row's temporary folder) and return the name."""
+    path = pathlib.Path(name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(text) if isinstance(text, bytes) else path.write_text(text)
+    return name
+
+
+def folder(name: str = "folder") -> str:
+    pathlib.Path(name).mkdir(exist_ok=True)
+    return name
+
+
+T = bj.traces
+PLAN = T.Step("plan", agent="Planner", options=("search", "answer"),
+              logits={"factual": (0.0, 0.0), "fix": (0.0, NEG)}, accept=("search",), choice="answer")
+RUN = T.Run("r0", (PLAN,), passed=False)
+
+
+def step(**changes):
+    return T.Step(**dict(name="plan", agent="Planner", options=("search", "answer"),
+                         logits={"factual": (0.0, 0.0), "fix": (0.0, NEG)}, accept=("search",),
+                         choice="answer") | changes)
+
+
+def run(*steps, **changes):
+    return T.Run(**dict(run="r0", steps=steps or (PLAN,), passed=False) | changes)
+
+
+def trace_line(**changes) -> str:
+    """`RUN` as its line of a trace file, with top-level fields or step 0's fields replaced
+    (`step_<field>=`); a value of `...` removes the field."""
+    record = T.to_record(RUN)
+    for name, value in changes.items():
+        target, name = (record["steps"][0], name[5:]) if name.startswith("step_") else (record, name)
+        target.pop(name) if value is ... else target.__setitem__(name, value)
+    return json.dumps(record) + "\n"
+
+
+def whowhen(**fields) -> str:
+    """A Who&When record as JSON: one message by agent A, a failure; fields replaced."""
+    record = {"is_correct": False, "mistake_agent": "A", "mistake_step": "0",
+              "history": [{"name": "A", "content": "x"}]} | fields
+    return json.dumps({k: v for k, v in record.items() if v is not ...})
+
+
+def otlp(*attributes, status=2) -> str:
+    """One OTLP JSON export of one root span; `attributes` as (key, OTLP value) pairs."""
+    span = {"traceId": "t1", "spanId": "a", "name": "decide", "status": {"code": status},
+            "attributes": [{"key": k, "value": v} for k, v in attributes]}
+    return json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]})
+
+
+def strings(*values):
+    return {"arrayValue": {"values": [{"stringValue": v} for v in values]}}
+
+
+def doubles(*values):
+    return {"arrayValue": {"values": [{"doubleValue": v} for v in values]}}
+
+
+def decision(probabilities):
+    return otlp(("decision.options", strings("a", "b")), ("decision.probabilities", doubles(*probabilities)),
+                ("decision.choice", {"stringValue": "a"}))
+
+
+def trace_blame():
+    return T.blame_runs([RUN], num_worlds=2)
+
+
+def exact_result():
+    return bj.exact_blame(two_step, TWO, TWO_WORLDS)
+
+
+def result_dict(**changes):
+    """`exact_result().to_dict()` with fields replaced (`...` removes one)."""
+    data = exact_result().to_dict()
+    for name, value in changes.items():
+        data.pop(name) if value is ... else data.__setitem__(name, value)
+    return data
+
+
+def result_file(name="result.json", edit=None) -> str:
+    exact_result().to_json(name)
+    if edit is not None:
+        at(name, edit(pathlib.Path(name).read_text()))
+    return name
+
+
+def checkpointed(path="run.ckpt", **kwargs):
+    """blame_batch of `two_step` (every case fails) with a checkpoint at `path`."""
+    return bj.blame_batch(two_step, TWO, kwargs.pop("key", 0), checkpoint=path, block_size=8, **kwargs)
+
+
+def checkpoint_file(edit=None, path="run.ckpt") -> str:
+    """A checkpoint of `checkpointed()`, its text changed by `edit`."""
+    checkpointed(path)
+    if edit is not None:
+        at(path, edit(pathlib.Path(path).read_text()))
+    return path
+
+
+def newer_format(text):
+    document = json.loads(text)
+    document["format"] += 1
+    return json.dumps(document)
+
+
+def edited_progress(text):
+    document = json.loads(text)
+    document["progress"]["edited"] = 1
+    return json.dumps(document)
+
+
+def not_listening(scorer_class, **options):
+    """`scorer_class` at 127.0.0.1 on a port bound by a socket that does not listen (the
+    connection is refused at once), with one quick retry."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}" + ("/v1" if scorer_class is S.OpenAIScorer else "")
+        scorer = scorer_class("m", base_url=url, api_key="none", timeout=0.5,
+                              retry=S.Retry(attempts=2, backoff=0.0), **options)
+        return scorer.score([REQUEST])
+
+
+S = bj.scorers
+REQUEST = S.Request("route", "factual", "refund please", ("refund", "escalate"))
+
+
+def prefer_first(request):
+    return np.array([0.0] + [-1.0] * (len(request.options) - 1))
+
+
+def returns(logits):
+    """A FunctionScorer whose function returns `logits` for every request, asked once."""
+    return lambda: S.FunctionScorer(lambda request: logits, name="f").score([REQUEST])
+
+
+def cache_file(name="scores.sqlite", schema=None) -> str:
+    """A score cache file; with `schema`, its version changed to that."""
+    S.Cache(name).close()
+    if schema is not None:
+        import sqlite3
+
+        with sqlite3.connect(name) as db:
+            db.execute("UPDATE meta SET value = ? WHERE name = 'schema'", (str(schema),))
+        db.close()
+    return name
+
+
+def other_sqlite(name="other.sqlite") -> str:
+    import sqlite3
+
+    db = sqlite3.connect(name)
+    db.execute("CREATE TABLE t (x)")
+    db.commit()
+    db.close()
+    return name
+
+
+def lazily(runs=None, **kwargs):
+    def request(run, step, variant, parent):
+        return S.Request(step.name, variant, {"after": parent}, step.options)
+
+    plan = T.Step("plan", options=("search", "answer"), accept=("search",), choice="answer")
+    return S.fill_lazily(runs or [T.Run("r0", (plan,), passed=False)], S.FunctionScorer(prefer_first),
+                         kwargs.pop("request", request), num_worlds=2, **kwargs)
 
 
 STEPS = "['planner', 'retriever', 'writer', 'reviewer']"
@@ -537,7 +712,7 @@ ROWS: list[Row] = [
          lambda: bj.blame_batch(two_step, TWO_ONE_PASSES, 0, noise="inferred", observed=np.zeros((2, 2))),
          ValueError, ("`observed` must be an int array", "[2, 2]", "float64")),
         ("observed-impossible-option-names-case", 'noise="inferred", key=2: case 1 observed at a -inf option',
-         lambda: bj.blame_batch(two_step, TWO, 2, noise="inferred", observed=np.array([[0, 0], [1, 0]])), ValueError,
+         lambda: bj.blame_batch(two_step, TWO, 2, noise="inferred", observed=np.array([[0, 1], [1, 0]])), ValueError,
          ("case 1: the observed option 1 of step 'draft' (slot 0) has logit -inf in the factual run",)),
         ("threshold-above-range", "threshold=2.0", batch(threshold=2.0), ValueError,
          ("`threshold` must lie in (0.0, 1.0], got 2.0",)),
@@ -770,6 +945,408 @@ ROWS: list[Row] = [
          ("`num_cases` must be a positive int, got 0",)),
         ("refund-mechanism-unknown", 'demos.refund_cases(2, "C")', lambda: bj.demos.refund_cases(2, "C"), ValueError,
          ("`mechanism` must be 'A' or 'B', got 'C'",)),
+    ),    *rows(
+        "Trace files",
+        ("trace-read-missing", 'traces.read("runs.jsonl"), no such file', lambda: T.read("runs.jsonl"), FileNotFoundError,
+         ("path='runs.jsonl': no such trace file or folder",)),
+        ("trace-read-empty-folder", "traces.read(folder) of a folder with no .jsonl file", lambda: T.read(folder()),
+         FileNotFoundError, ("path='folder' is a folder with no .jsonl trace files",)),
+        ("trace-read-not-a-path", "traces.read(3)", lambda: T.read(3), TypeError,
+         ("`path` must be a trace file or folder (str or os.PathLike), got 3",)),
+        ("trace-read-invalid-json", "a trace line `{not json`", lambda: T.read(at("bad.jsonl", "{not json\n")), T.TraceError,
+         ("1 problem in trace data (1 item could not be loaded)", "bad.jsonl:1: not valid JSON: Expecting property name")),
+        ("trace-read-line-not-object", "a trace line `[1, 2]`", lambda: T.read(at("list.jsonl", "[1, 2]\n")), T.TraceError,
+         ("list.jsonl:1: expected a run object (one per line), got a list [1, 2]",)),
+        ("trace-read-newer-format", 'a line with "format": "blamejax-trace/9"',
+         lambda: T.read(at("new.jsonl", trace_line(format="blamejax-trace/9"))), T.TraceError,
+         ('new.jsonl:1: format: "blamejax-trace/9" is a newer format than this blamejax reads ("blamejax-trace/1"); upgrade blamejax',)),
+        ("trace-read-no-run-id", "a line without its run id", lambda: T.read(at("norun.jsonl", trace_line(run=...))),
+         T.TraceError, ("norun.jsonl:1: run: missing; expected the run id, a non-empty string",)),
+        ("trace-read-choice-not-an-option", 'a step with "choice": "maybe" (options search, answer)',
+         lambda: T.read(at("choice.jsonl", trace_line(step_choice="maybe"))), T.TraceError,
+         ('choice.jsonl:1: steps[0].choice: "maybe" is not one of the options ["search", "answer"]',)),
+        ("trace-read-nan-logit-string", 'a logit written as the string "NaN"',
+         lambda: T.read(at("nan.jsonl", trace_line(step_logits={"factual": [0.0, "NaN"]}))), T.TraceError,
+         ('nan.jsonl:1: steps[0].logits.factual[1]: expected a finite number or "-inf", got a string "NaN"',)),
+        ("trace-read-bare-nan", "a logit written as the bare token NaN (not JSON)",
+         lambda: T.read(at("bare.jsonl", trace_line().replace('"-inf"', "NaN"))), T.TraceError,
+         ('bare.jsonl:1: steps[0].logits.fix[1]: expected a finite number or "-inf", got NaN',)),
+        ("trace-read-short-logits", "one logit for a step with two options",
+         lambda: T.read(at("short.jsonl", trace_line(step_logits={"factual": [0.0]}))), T.TraceError,
+         ("short.jsonl:1: steps[0].logits.factual: expected 2 logits (one per option), got 1",)),
+        ("trace-read-score-string", 'a run with "score": "high"', lambda: T.read(at("score.jsonl", trace_line(score="high"))),
+         T.TraceError, ('score.jsonl:1: score: expected a finite number, got a string "high"',)),
+        ("trace-read-duplicate-run", "the same run id on two lines", lambda: T.read(at("dup.jsonl", trace_line() * 2)),
+         T.TraceError, ("dup.jsonl:2: run: duplicate run id 'r0' (first at dup.jsonl:1)",)),
+        ("trace-read-errors-unknown", 'traces.read(path, errors="ignore")',
+         lambda: T.read(at("ok.jsonl", trace_line()), errors="ignore"), ValueError,
+         ("errors must be 'raise' or 'collect', got 'ignore'",)),
+        ("trace-validate-not-lines", "traces.validate(3)", lambda: T.validate(3), TypeError,
+         ("path_or_lines must be a path or an iterable of lines (str), got int",)),
+        ("trace-write-one-run", 'traces.write("runs.jsonl", run): a Run, not a list', lambda: T.write("runs.jsonl", RUN),
+         TypeError, ("`runs` must be a list of bj.traces.Run, got Run; pass [run] for one run",)),
+        ("trace-write-step-name", 'Run("r0", ("plan",)): a step name instead of a Step',
+         lambda: T.write("runs.jsonl", [run("plan")]), TypeError, ("`steps[0]` of run 'r0' must be a bj.traces.Step, got 'plan'",)),
+        ("trace-step-options-string", 'Step("plan", options="ab")', lambda: step(options="ab"), TypeError,
+         ("`options` of step 'plan' must be a list of strings, got the string 'ab'",)),
+        ("trace-write-nan-score", "traces.write(path, [Run(..., score=nan)])",
+         lambda: T.write("runs.jsonl", [run(score=float("nan"))]), T.TraceError,
+         ("runs.jsonl:1: score: expected a finite number, got a number NaN",)),
+        ("trace-write-nan-logit", "a Step whose factual logits are (nan, 0.0)",
+         lambda: T.write("runs.jsonl", [run(step(logits={"factual": (float("nan"), 0.0)}))]), T.TraceError,
+         ('runs.jsonl:1: steps[0].logits.factual[0]: NaN is not a logit; expected a finite number or "-inf"',)),
+        ("trace-write-duplicate-run", "traces.write(path, [run, run])", lambda: T.write("runs.jsonl", [RUN, RUN]),
+         T.TraceError, ("runs.jsonl:2: run: duplicate run id 'r0' (first at runs[0])",)),
+        ("trace-write-missing-folder", 'traces.write("missing/runs.jsonl", runs)', lambda: T.write("missing/runs.jsonl", [RUN]),
+         FileNotFoundError, ("cannot write 'missing/runs.jsonl': its folder", "does not exist")),
+        ("trace-write-to-folder", "traces.write(folder, runs)", lambda: T.write(folder(), [RUN]), IsADirectoryError,
+         ("cannot write 'folder': it is a folder; give a file path",)),
+    ),
+    *rows(
+        "Trace importers",
+        ("whowhen-missing", 'traces.from_whowhen("7.json"), no such file', lambda: T.from_whowhen("7.json"),
+         FileNotFoundError, ("path='7.json': no such Who&When file or folder",)),
+        ("whowhen-empty-file", "an empty Who&When file", lambda: T.from_whowhen(at("7.json")), T.TraceError,
+         ("7.json:1: not valid JSON: Expecting value at column 1",)),
+        ("whowhen-not-object", "a Who&When file holding []", lambda: T.from_whowhen(at("7.json", "[]")), T.TraceError,
+         ("7.json: expected a Who&When object with a 'history', got []",)),
+        ("whowhen-no-history", "a Who&When record without its history", lambda: T.from_whowhen(at("7.json", whowhen(history=...))),
+         T.TraceError, ("7.json: history: expected a non-empty list of messages, got null",)),
+        ("whowhen-mistake-step-past", 'mistake_step "5" in a history of one message',
+         lambda: T.from_whowhen(at("7.json", whowhen(mistake_step="5"))), T.TraceError,
+         ('7.json: mistake_step: expected a string holding a 0-based index into history (0 to 0), got "5", past the history',)),
+        ("whowhen-is-correct-string", 'is_correct "false" (a string)', lambda: T.from_whowhen(at("7.json", whowhen(is_correct="false"))),
+         T.TraceError, ('7.json: is_correct: expected true or false, got "false"',)),
+        ("whowhen-no-outcome", "a record without is_correct, and no passed=",
+         lambda: T.from_whowhen(at("7.json", whowhen(is_correct=...))), T.TraceError,
+         ("7.json: is_correct: missing, so the run's outcome is unknown; pass passed=False",)),
+        ("whowhen-message-without-agent", "a history message with neither name nor role",
+         lambda: T.from_whowhen(at("7.json", whowhen(history=[{"content": "x"}]))), T.TraceError,
+         ("7.json: history[0]: no agent: expected a non-empty 'name', or a 'role' naming the agent",)),
+        ("whowhen-passed-string", 'traces.from_whowhen(path, passed="no")',
+         lambda: T.from_whowhen(at("7.json", whowhen()), passed="no"), TypeError, ("passed must be True, False or None, got 'no'",)),
+        ("otel-not-an-export", 'traces.from_otel(path) of {"spans": []}', lambda: T.from_otel(at("spans.json", '{"spans": []}')),
+         T.TraceError, ('spans.json: resourceSpans: expected an OTLP JSON export {"resourceSpans": [...]}, got {"spans": []}',)),
+        ("otel-outcome-unknown", "a root span with status UNSET and no outcomes=",
+         lambda: T.from_otel(at("spans.json", otlp(status=0))), T.TraceError,
+         ("spans.json: span[a].status: the outcome of trace t1 is unknown: its root span's status is UNSET; pass outcomes={'t1': True/False or a score}",)),
+        ("otel-outcomes-list", "traces.from_otel(path, outcomes=[True])", lambda: T.from_otel(at("spans.json", otlp()), outcomes=[True]),
+         TypeError, ("outcomes must be a mapping of trace id -> bool or score, got list",)),
+        ("otel-outcome-nan", 'traces.from_otel(path, outcomes={"t1": nan})',
+         lambda: T.from_otel(at("spans.json", otlp()), outcomes={"t1": float("nan")}), TypeError,
+         ("outcomes['t1'] must be True/False or a finite score (trace ids are str), got nan",)),
+        ("otel-outcome-unknown-trace", 'traces.from_otel(path, outcomes={"t9": True})',
+         lambda: T.from_otel(at("spans.json", otlp()), outcomes={"t9": True}), T.TraceError,
+         ("spans.json: outcomes['t9']: no trace has this id",)),
+        ("openinference-probabilities-count", "decision.probabilities [0.5] for two options",
+         lambda: T.from_openinference(at("spans.json", decision([0.5]))), T.TraceError,
+         ("spans.json: span[a].decision.probabilities: expected 2 probabilities (one per option), got 1",)),
+        ("openinference-probability-negative", "decision.probabilities [-0.5, 1.5]",
+         lambda: T.from_openinference(at("spans.json", decision([-0.5, 1.5]))), T.TraceError,
+         ("spans.json: span[a].decision.probabilities[0]: expected a probability in [0, 1], got -0.5",)),
+    ),
+    *rows(
+        "Blaming traces",
+        ("trace-cases-empty", "traces.trace_cases([])", lambda: T.trace_cases([]), ValueError, ("`runs` is empty: nothing to blame",)),
+        ("trace-cases-one-run", "traces.trace_cases(run): a Run, not a list", lambda: T.trace_cases(RUN), TypeError,
+         ("`runs` must be a list of bj.traces.Run, got Run",)),
+        ("trace-cases-records", "traces.trace_cases([record]): JSON records, not Runs",
+         lambda: T.trace_cases([T.to_record(RUN)]), TypeError, ("`runs[0]` must be a bj.traces.Run, got dict",)),
+        ("trace-cases-fix-factual", 'traces.trace_cases(runs, fix="factual")', lambda: T.trace_cases([RUN], fix="factual"),
+         ValueError, ("`fix` must be the name of a fix variant (not 'factual'), got 'factual'",)),
+        ("trace-cases-fix-unknown", 'traces.trace_cases(runs, fix="repair"): no step has it',
+         lambda: T.trace_cases([RUN], fix="repair"), ValueError, ("no drawn step of run 'r0' has a 'repair' logits variant: no step can be blamed",)),
+        ("trace-cases-free-text-only", "a run whose only step is free text",
+         lambda: T.trace_cases([run(T.Step("note", agent="A", output="hi"))]), ValueError,
+         ("run 'r0' has no decision step with options, logits and a choice: nothing can be blamed (free-text steps await a scorer)",)),
+        ("trace-cases-different-steps", "two runs with differently named decision steps",
+         lambda: T.trace_cases([RUN, run(step(name="other"), run="r1")]), ValueError,
+         ("runs 'r0' and 'r1' have different drawn steps", "split them with bj.traces.group_runs(runs)")),
+        ("trace-cases-no-choice", "a step with logits but no observed choice", lambda: T.trace_cases([run(step(choice=None))]),
+         ValueError, ("run 'r0', step 'plan': it has logits but no observed `choice`",)),
+        ("trace-cases-choice-impossible", "an observed choice whose factual logit is -inf",
+         lambda: T.trace_cases([run(step(logits={"factual": (0.0, NEG), "fix": (0.0, NEG)}))]), ValueError,
+         ("run 'r0', step 'plan': the observed choice 'answer' has factual logit -inf, so it could not have been chosen",)),
+        ("trace-cases-no-accept", "no step has accept labels, and no score=", lambda: T.trace_cases([run(step(accept=None))]),
+         ValueError, ("no drawn step has `accept` labels", "give `score=`")),
+        ("trace-cases-score-string", 'traces.trace_cases(runs, score="accept")', lambda: T.trace_cases([RUN], score="accept"),
+         TypeError, ("`score` must be a function of the choices or None, got 'accept'",)),
+        ("group-runs-fix-int", "traces.group_runs(runs, fix=3)", lambda: T.group_runs([RUN], fix=3), ValueError,
+         ("`fix` must be the name of a fix variant (not 'factual'), got 3",)),
+        ("blame-runs-estimator", 'traces.blame_runs(runs, estimator="MC")', lambda: T.blame_runs([RUN], estimator="MC"),
+         ValueError, ("`estimator` must be one of ('exact', 'mc'), got 'MC'",)),
+        ("blame-runs-mc-without-budget", 'traces.blame_runs(runs, estimator="mc")', lambda: T.blame_runs([RUN], estimator="mc"),
+         ValueError, ("`max_evaluations` (the Monte Carlo budget per run) is required with estimator='mc'",)),
+        ("blame-runs-num-worlds-zero", "traces.blame_runs(runs, num_worlds=0)", lambda: T.blame_runs([RUN], num_worlds=0),
+         ValueError, ("`num_worlds` must be a positive int, got 0",)),
+        ("blame-runs-trace-cases-fix", 'traces.blame_runs(trace_cases(runs), fix="other")',
+         lambda: T.blame_runs(T.trace_cases([RUN]), fix="other"), ValueError,
+         ("`fix` and `score` belong to trace_cases; they cannot be changed for a TraceCases",)),
+        ("readout-trace-blame", "traces.readout(blame_runs(runs)): the TraceBlame, not its .result",
+         lambda: T.readout(trace_blame()), TypeError, ("`result` must be an ExactResult, MCResult or BatchResult, got TraceBlame",)),
+        ("readout-failure-out-of-range", "traces.readout(result, failure=3) (1 run)",
+         lambda: T.readout(trace_blame().result, failure=3), ValueError, ("`failure` must be an int in [0, 1), got 3",)),
+        ("readout-tolerance-negative", "traces.readout(result, tolerance=-1)",
+         lambda: T.readout(trace_blame().result, tolerance=-1), ValueError, ("`tolerance` must be a finite number >= 0, got -1",)),
+        ("readout-agents-list", 'traces.readout(result, ["Planner"])', lambda: T.readout(trace_blame().result, ["Planner"]),
+         TypeError, ("`agents` must be a mapping {step: agent}, got list",)),
+        ("readout-agents-unknown-step", 'traces.readout(result, {"plann": "Planner"})',
+         lambda: T.readout(trace_blame().result, {"plann": "Planner"}), ValueError,
+         ("`agents` names steps ['plann'] that are not among the result's steps ['plan']",)),
+        ("readout-threshold-string", 'traces.readout(result, threshold="high")',
+         lambda: T.readout(trace_blame().result, threshold="high"), ValueError, ("`threshold` must be a finite number, got 'high'",)),
+        ("readout-threshold-nan", "traces.readout(result, threshold=nan)",
+         lambda: T.readout(trace_blame().result, threshold=float("nan")), ValueError, ("`threshold` must be a finite number, got nan",)),
+        ("readout-threshold-on-mc", "traces.readout(mc_shapley(two_step, ...), threshold=0.5)",
+         lambda: T.readout(bj.mc_shapley(two_step, TWO, TWO_WORLDS, 0, max_evaluations=64), threshold=0.5), ValueError,
+         ("`threshold` decides repairs from fix-alone values, which an MCResult does not carry; leave it None, got 0.5",)),
+        ("cli-whowhen-missing", "python -m blamejax whowhen 7.json (no such file)", cli("whowhen", "7.json"), SystemExit,
+         ("'7.json': no such file or folder",)),
+        ("cli-whowhen-empty-folder", "python -m blamejax whowhen folder (no .json file)", lambda: cli("whowhen", folder())(),
+         SystemExit, ("path='folder' is a folder with no .json Who&When files",)),
+        ("cli-whowhen-invalid-file", "python -m blamejax whowhen 7.json (an empty file)", lambda: cli("whowhen", at("7.json"))(),
+         SystemExit, ("1 problem in trace data", "7.json:1: not valid JSON")),
+        ("cli-whowhen-predictions-missing", "python -m blamejax whowhen 7.json --predictions p.json (no such file)",
+         lambda: cli("whowhen", at("7.json", whowhen()), "--predictions", "p.json")(), SystemExit,
+         ("predictions file 'p.json': no such file",)),
+        ("cli-whowhen-predictions-folder", "python -m blamejax whowhen 7.json --predictions folder",
+         lambda: cli("whowhen", at("7.json", whowhen()), "--predictions", folder())(), SystemExit,
+         ("predictions file 'folder' is a folder; expected a JSON file",)),
+        ("cli-whowhen-predictions-list", "a predictions file holding [1, 2]",
+         lambda: cli("whowhen", at("7.json", whowhen()), "--predictions", at("p.json", "[1, 2]"))(), SystemExit,
+         ('p.json: expected a JSON object {run id: {"agent", "step"}}, got list',)),
+        ("cli-whowhen-predictions-unknown-run", 'predictions {"8": {"agent": "A", "step": 0}} for run 7',
+         lambda: cli("whowhen", at("7.json", whowhen()), "--predictions", at("p.json", '{"8": {"agent": "A", "step": 0}}'))(),
+         SystemExit, ("invalid predictions", "p.json: ['8']: unknown run id (not among the 1 runs)")),
+        ("cli-whowhen-predictions-step-string", 'predictions {"7": {"agent": "A", "step": "zero"}}',
+         lambda: cli("whowhen", at("7.json", whowhen()), "--predictions", at("p.json", '{"7": {"agent": "A", "step": "zero"}}'))(),
+         SystemExit, ("invalid predictions", "p.json: ['7'].step: expected an integer step index or null, got 'zero'")),
+        ("cli-whowhen-seed-negative", "python -m blamejax whowhen 7.json --seed -3", cli("whowhen", "7.json", "--seed", "-3"),
+         SystemExit, ("argument --seed: must be in [0, 2**32), got -3",)),
+    ),
+    *rows(
+        "Scorers",
+        ("scorer-one-request", "scorer.score(request): a Request, not a list", lambda: S.FunctionScorer(prefer_first).score(REQUEST),
+         TypeError, ("`requests` must be a list of bj.scorers.Request, got Request",)),
+        ("scorer-request-three-fields", 'scorer.score([("route", "factual", "hi")])',
+         lambda: S.FunctionScorer(prefer_first).score([("route", "factual", "hi")]), TypeError,
+         ("`requests[0]` must be a bj.scorers.Request(step, variant, inputs, options), got ('route', 'factual', 'hi')",)),
+        ("scorer-request-options-string", 'Request("route", "factual", "hi", "ab")',
+         lambda: S.FunctionScorer(prefer_first).score([REQUEST._replace(options="ab")]), TypeError,
+         ("`requests[0].options` must be a list of option strings, got 'ab'",)),
+        ("scorer-request-options-repeated", 'Request(..., options=("a", "a"))',
+         lambda: S.FunctionScorer(prefer_first).score([REQUEST._replace(options=("a", "a"))]), ValueError,
+         ("`requests[0].options` must be distinct, got ['a', 'a']",)),
+        ("scorer-request-inputs-set", "Request(..., inputs={1, 2})",
+         lambda: S.FunctionScorer(prefer_first).score([REQUEST._replace(inputs={1, 2})]), TypeError,
+         ("`requests[0].inputs` must be plain JSON (str, number, bool, None, list, dict), got {1, 2}",)),
+        ("scorer-request-inputs-nan", 'Request(..., inputs={"x": nan})',
+         lambda: S.FunctionScorer(prefer_first).score([REQUEST._replace(inputs={"x": float("nan")})]), TypeError,
+         ("`requests[0].inputs` must be plain JSON", "Out of range float values are not JSON compliant")),
+        ("function-scorer-not-callable", 'FunctionScorer("model")', lambda: S.FunctionScorer("model"), TypeError,
+         ("`fn` must be a function of a Request", "got 'model'")),
+        ("function-scorer-lambda-with-cache", 'FunctionScorer(lambda r: ..., cache=Cache("scores.sqlite"))',
+         lambda: S.FunctionScorer(lambda r: [0.0, 0.0], cache=S.Cache("scores.sqlite")), ValueError,
+         ("`name` is required with a cache for", "a lambda or a local function has no stable name")),
+        ("function-scorer-concurrency-zero", "FunctionScorer(fn, concurrency=0)", lambda: S.FunctionScorer(prefer_first, concurrency=0),
+         ValueError, ("`concurrency` must be an integer >= 1 (the most calls at once), got 0",)),
+        ("function-scorer-cache-path", 'FunctionScorer(fn, cache="scores.sqlite"): a path, not a Cache',
+         lambda: S.FunctionScorer(prefer_first, cache="scores.sqlite"), TypeError,
+         ("`cache` must be a bj.scorers.Cache or None, got 'scores.sqlite'",)),
+        ("scorer-returns-nan", "a scorer function returning [nan, 0.0]", returns([float("nan"), 0.0]), ValueError,
+         ("FunctionScorer('f') returned logits [nan, 0.0] for step 'route'", "expected finite numbers or -inf, not all -inf")),
+        ("scorer-returns-inf", "a scorer function returning [inf, 0.0]", returns([float("inf"), 0.0]), ValueError,
+         ("FunctionScorer('f') returned logits [inf, 0.0]", "expected finite numbers or -inf")),
+        ("scorer-returns-all-neginf", "a scorer function returning [-inf, -inf]", returns([NEG, NEG]), ValueError,
+         ("FunctionScorer('f') returned logits [-inf, -inf]", "not all -inf")),
+        ("scorer-returns-wrong-length", "a scorer function returning 3 logits for 2 options", returns([0.0, 1.0, 2.0]),
+         ValueError, ("FunctionScorer('f') returned logits of shape (3,) for step 'route'", "expected shape (2,), one per option")),
+        ("scorer-returns-dict", 'a scorer function returning {"refund": 0.0, "escalate": 1.0}',
+         returns({"refund": 0.0, "escalate": 1.0}), ValueError, ("FunctionScorer('f') returned {'refund': 0.0, 'escalate': 1.0}", "expected 2 numbers")),
+        ("batched-scorer-returns-none", "FunctionScorer(fn, batched=True) whose fn returns None",
+         lambda: S.FunctionScorer(lambda requests: None, batched=True, name="f").score([REQUEST]), ValueError,
+         ("FunctionScorer('f') (batched) returned None for 1 requests: expected [N, K] logits or a list of N rows",)),
+        ("batched-scorer-too-few-rows", "a batched fn returning 1 row for 2 requests",
+         lambda: S.FunctionScorer(lambda requests: [[0.0, 0.0]], batched=True, name="f").score([REQUEST, REQUEST._replace(variant="fix")]),
+         ValueError, ("FunctionScorer('f') returned 1 rows of logits for 2 requests",)),
+        ("openai-model-empty", 'OpenAIScorer("")', lambda: S.OpenAIScorer(""), TypeError, ("`model` must be a non-empty string, got ''",)),
+        ("openai-mode-unknown", 'OpenAIScorer("m", mode="logprob")', lambda: S.OpenAIScorer("m", mode="logprob"), ValueError,
+         ("`mode` must be one of ('logprobs', 'json'), got 'logprob'",)),
+        ("openai-temperature", 'OpenAIScorer("m", temperature=3)', lambda: S.OpenAIScorer("m", temperature=3), ValueError,
+         ("`temperature` must be a number in [0, 2] or None (the server's default), got 3",)),
+        ("openai-top-logprobs", 'OpenAIScorer("m", top_logprobs=50)', lambda: S.OpenAIScorer("m", top_logprobs=50), ValueError,
+         ("`top_logprobs` must be an integer in [1, 20], got 50",)),
+        ("openai-timeout-zero", 'OpenAIScorer("m", timeout=0)', lambda: S.OpenAIScorer("m", timeout=0), ValueError,
+         ("`timeout` must be a number of seconds > 0, got 0",)),
+        ("openai-timeout-bool", 'OpenAIScorer("m", timeout=True)', lambda: S.OpenAIScorer("m", timeout=True), ValueError,
+         ("`timeout` must be a number of seconds > 0, got True",)),
+        ("openai-base-url-port", 'OpenAIScorer("m", base_url=8000)', lambda: S.OpenAIScorer("m", base_url=8000), TypeError,
+         ("`base_url` must be a string or None, got 8000",)),
+        ("openai-absent-unknown", 'OpenAIScorer("m", absent="zero")', lambda: S.OpenAIScorer("m", absent="zero"), ValueError,
+         ("`absent` must be one of ('error', 'floor'), got 'zero'",)),
+        ("openai-template-unknown-field", 'OpenAIScorer("m", template="Pick {option}")',
+         lambda: S.OpenAIScorer("m", template="Pick {option}"), ValueError,
+         ("`template` uses unknown fields ['option']; it may use {step}, {variant}, {inputs} and {options}",)),
+        ("openai-template-without-options", 'OpenAIScorer("m", template="Pick one")', lambda: S.OpenAIScorer("m", template="Pick one"),
+         ValueError, ("`template` must show the options with {options}, got 'Pick one'",)),
+        ("openai-21-options", "an OpenAIScorer in logprobs mode asked about 21 options",
+         lambda: S.OpenAIScorer("m", base_url="http://127.0.0.1:9/v1", api_key="none").score([REQUEST._replace(options=tuple("abcdefghijklmnopqrstu"))]),
+         ValueError, ("mode='logprobs' labels options with one letter each, at most 20", "got 21", "use mode='json'")),
+        ("openai-server-not-listening", "OpenAIScorer at a local port where no server listens, timeout=0.5, Retry(attempts=2)",
+         lambda: not_listening(S.OpenAIScorer), S.ScorerError,
+         ("OpenAIScorer(model='m', mode='logprobs') on step 'route'", "gave up after 2 attempt(s); the last failed with: connection failed")),
+        ("anthropic-temperature", 'AnthropicScorer("m", temperature=1.5)', lambda: S.AnthropicScorer("m", temperature=1.5), ValueError,
+         ("`temperature` must be a number in [0, 1] or None for this API, got 1.5",)),
+        ("anthropic-server-not-listening", "AnthropicScorer at a local port where no server listens",
+         lambda: not_listening(S.AnthropicScorer), S.ScorerError,
+         ("AnthropicScorer(model='m', mode='json') on step 'route'", "gave up after 2 attempt(s); the last failed with: connection failed")),
+        ("retry-attempts-zero", 'OpenAIScorer("m", retry=Retry(attempts=0))', lambda: S.OpenAIScorer("m", retry=S.Retry(attempts=0)),
+         ValueError, ("`retry.attempts` must be an integer >= 1, got 0",)),
+        ("retry-attempts-bool", 'OpenAIScorer("m", retry=Retry(attempts=True))', lambda: S.OpenAIScorer("m", retry=S.Retry(attempts=True)),
+         ValueError, ("`retry.attempts` must be an integer >= 1, got True",)),
+        ("retry-backoff-negative", 'OpenAIScorer("m", retry=Retry(backoff=-1))', lambda: S.OpenAIScorer("m", retry=S.Retry(backoff=-1)),
+         ValueError, ("`retry.backoff` must be a finite number of seconds >= 0, got -1",)),
+        ("retry-backoff-string", 'OpenAIScorer("m", retry=Retry(backoff="1"))', lambda: S.OpenAIScorer("m", retry=S.Retry(backoff="1")),
+         ValueError, ("`retry.backoff` must be a finite number of seconds >= 0, got '1'",)),
+        ("retry-max-backoff-infinite", 'OpenAIScorer("m", retry=Retry(max_backoff=inf))',
+         lambda: S.OpenAIScorer("m", retry=S.Retry(max_backoff=float("inf"))), ValueError,
+         ("`retry.max_backoff` must be a finite number of seconds >= 0, got inf",)),
+        ("retry-dict", 'OpenAIScorer("m", retry={"attempts": 3})', lambda: S.OpenAIScorer("m", retry={"attempts": 3}), TypeError,
+         ("`retry` must be a bj.scorers.Retry, got {'attempts': 3}",)),
+        ("fill-lazily-scorer-function", "fill_lazily(runs, fn, request): a function, not a Scorer",
+         lambda: S.fill_lazily([RUN], prefer_first, lambda *a: REQUEST), TypeError, ("`scorer` must be a bj.scorers.Scorer, got <function",)),
+        ("fill-lazily-runs-empty", "fill_lazily([], scorer, request)", lambda: S.fill_lazily([], S.FunctionScorer(prefer_first), lambda *a: REQUEST),
+         TypeError, ("`runs` must be a non-empty list of bj.traces.Run, got an empty list",)),
+        ("fill-lazily-max-rounds-zero", "fill_lazily(..., max_rounds=0)", lambda: lazily(max_rounds=0), ValueError,
+         ("`max_rounds` must be an integer >= 1, got 0",)),
+        ("fill-lazily-max-players-string", 'fill_lazily(..., max_players="3")', lambda: lazily(max_players="3"), ValueError,
+         ("`max_players` must be an integer >= 1, got '3'",)),
+        ("fill-lazily-players-string", 'fill_lazily(..., players="plan")', lambda: lazily(players="plan"), TypeError,
+         ("`players` must be a list of step names or None, got the string 'plan'",)),
+        ("fill-lazily-players-unknown", 'fill_lazily(..., players=["plann"])', lambda: lazily(players=["plann"]), ValueError,
+         ("`players` ['plann'] are not decision steps to score",)),
+        ("fill-lazily-request-options", "a request function giving options other than the step's",
+         lambda: lazily(request=lambda run, step, variant, parent: S.Request(step.name, variant, "x", ("a", "b"))), ValueError,
+         ("`request` returned options ['a', 'b'] for step 'plan', expected its options ['search', 'answer']",)),
+        ("fill-lazily-request-none", "a request function returning None", lambda: lazily(request=lambda *args: None), TypeError,
+         ("`request(...)` must be a bj.scorers.Request(step, variant, inputs, options), got None",)),
+        ("fill-lazily-nothing-to-score", "fill_lazily of runs whose steps all have logits",
+         lambda: S.fill_lazily([RUN], S.FunctionScorer(prefer_first), lambda *a: REQUEST), ValueError,
+         ("run 'r0' has no decision step without logits: nothing to score",)),
+    ),
+    *rows(
+        "Score caches",
+        ("cache-corrupt", "Cache(path) of a file that is not SQLite", lambda: S.Cache(at("scores.sqlite", b"not sqlite" * 100)),
+         S.CacheError, ("scores.sqlite: not a readable SQLite score cache (file is not a database); delete it or choose another path",)),
+        ("cache-other-sqlite", "Cache(path) of another program's SQLite file", lambda: S.Cache(other_sqlite()), S.CacheError,
+         ("other.sqlite: an SQLite file that is not a blamejax score cache (tables ['t'])",)),
+        ("cache-other-schema", "Cache(path) of a cache of schema version 2", lambda: S.Cache(cache_file(schema=2)), S.CacheError,
+         ("scores.sqlite: a score cache of schema version 2, but this blamejax reads version 1",)),
+        ("cache-folder", "Cache(folder)", lambda: S.Cache(folder()), IsADirectoryError,
+         ("`path` 'folder' is a folder; expected the cache's file (created if absent)",)),
+        ("cache-missing-folder", 'Cache("missing/scores.sqlite")', lambda: S.Cache("missing/scores.sqlite"), FileNotFoundError,
+         ("`path` 'missing/scores.sqlite': its folder", "does not exist")),
+        ("cache-offline-missing-file", 'Cache("scores.sqlite", offline=True), no such file',
+         lambda: S.Cache("scores.sqlite", offline=True), FileNotFoundError,
+         ("offline cache 'scores.sqlite' does not exist: offline mode replays a cache scored earlier",)),
+        ("cache-offline-miss", "an offline cache asked for a request it does not hold",
+         lambda: S.FunctionScorer(prefer_first, cache=S.Cache(cache_file(), offline=True)).score([REQUEST]), S.OfflineMiss,
+         ("offline cache scores.sqlite holds no score of FunctionScorer(", "for step 'route', variant 'factual'",
+          "score it online once, or ship the cache that has it")),
+        ("cache-timeout-negative", "Cache(path, timeout=-1)", lambda: S.Cache("scores.sqlite", timeout=-1), ValueError,
+         ("`timeout` must be a finite number of seconds >= 0", "got -1")),
+        ("cache-timeout-string", 'Cache(path, timeout="5")', lambda: S.Cache("scores.sqlite", timeout="5"), ValueError,
+         ("`timeout` must be a finite number of seconds >= 0", "got '5'")),
+        ("cache-offline-string", 'Cache(path, offline="yes")', lambda: S.Cache("scores.sqlite", offline="yes"), TypeError,
+         ("`offline` must be True or False, got 'yes'",)),
+        ("cache-put-nan", 'cache.put("model", request, [nan, 0.0])', lambda: S.Cache("scores.sqlite").put("model", REQUEST, [float("nan"), 0.0]),
+         ValueError, ("`logits` must be 2 numbers, one per option of step 'route'", "finite or -inf and not all -inf; got [nan, 0.0]")),
+        ("cache-get-step-name", 'cache.get("model", "route"): a step name, not a Request',
+         lambda: S.Cache("scores.sqlite").get("model", "route"), TypeError,
+         ("`request` must be a bj.scorers.Request(step, variant, inputs, options), got 'route'",)),
+    ),
+    *rows(
+        "Checkpoints",
+        ("checkpoint-other-key", "blame_batch(..., 1, checkpoint=p) on a checkpoint that key 0 wrote",
+         lambda: checkpointed(checkpoint_file(), key=1), bj.estimators.CheckpointError,
+         ("`checkpoint` file", "run.ckpt' was written by a call with other arguments: `key` differs",
+          "Pass the same arguments to resume from it, or another `checkpoint` path")),
+        ("checkpoint-other-delta", "blame_batch(..., delta=0.2, checkpoint=p) on a checkpoint of delta=0.1",
+         lambda: checkpointed(checkpoint_file(), delta=0.2), bj.estimators.CheckpointError,
+         ("was written by a call with other arguments: `delta` differs (file: 0.1, this call: 0.2)",)),
+        ("checkpoint-other-cases", "blame_batch on other cases with the same checkpoint",
+         lambda: bj.blame_batch(two_step, TWO_ONE_PASSES, 0, checkpoint=checkpoint_file(), block_size=8),
+         bj.estimators.CheckpointError, ("was written by a call with other arguments: `cases` differ (leaf ['draft'] holds other values)",)),
+        ("checkpoint-truncated", "a checkpoint file cut in half", lambda: checkpointed(checkpoint_file(lambda t: t[: len(t) // 2])),
+         bj.estimators.CheckpointError, ("run.ckpt' is truncated or corrupt (not valid JSON:", "delete it to start over")),
+        ("checkpoint-empty", "an empty checkpoint file", lambda: checkpointed(at("run.ckpt")), bj.estimators.CheckpointError,
+         ("run.ckpt' is truncated or corrupt (not valid JSON: Expecting value",)),
+        ("checkpoint-edited", "a checkpoint edited by hand (its checksum no longer matches)",
+         lambda: checkpointed(checkpoint_file(edited_progress)), bj.estimators.CheckpointError,
+         ("run.ckpt' is corrupt (its checksum does not match its content); delete it to start over",)),
+        ("checkpoint-newer-format", "a checkpoint of format 2", lambda: checkpointed(checkpoint_file(newer_format)),
+         bj.estimators.CheckpointError, ("run.ckpt' has format 2, newer than this blamejax reads (format 1)",)),
+        ("checkpoint-not-a-checkpoint", "checkpoint= a result's JSON file", lambda: checkpointed(result_file()),
+         bj.estimators.CheckpointError, ("result.json' is not a blamejax checkpoint (no \"kind\": 'blamejax checkpoint')",)),
+        ("checkpoint-missing-folder", 'checkpoint="missing/run.ckpt"', lambda: checkpointed("missing/run.ckpt"), ValueError,
+         ("`checkpoint`'s folder", "missing' does not exist")),
+        ("checkpoint-folder", "checkpoint= a folder", lambda: checkpointed(folder()), ValueError,
+         ("`checkpoint` must be a file path, got the folder",)),
+        ("checkpoint-int", "checkpoint=3", lambda: checkpointed(3), TypeError,
+         ("`checkpoint` must be a file path (str or os.PathLike), got 3",)),
+    ),
+    *rows(
+        "Compile cache",
+        ("compile-cache-int", "enable_compile_cache(3)", lambda: bj.enable_compile_cache(3), TypeError,
+         ("`path` must be a folder path (str or os.PathLike), got 3",)),
+        ("compile-cache-empty", 'enable_compile_cache("")', lambda: bj.enable_compile_cache(""), TypeError,
+         ("`path` must be a non-empty folder path, got ''",)),
+        ("compile-cache-file", "enable_compile_cache(path of a file)", lambda: bj.enable_compile_cache(at("afile", "x")),
+         NotADirectoryError, ("`path` 'afile' is a file; the compile cache needs a folder",)),
+        ("cli-compile-cache-both", "python -m blamejax demo refund --compile-cache DIR --no-compile-cache",
+         cli("demo", "refund", "--compile-cache", "cache", "--no-compile-cache"), SystemExit,
+         ("--compile-cache and --no-compile-cache: give one of them, not both",)),
+        ("cli-compile-cache-file", "python -m blamejax demo refund --compile-cache FILE",
+         lambda: cli("demo", "refund", "--compile-cache", at("afile", "x"))(), SystemExit,
+         ("--compile-cache: cannot use the folder: `path` 'afile' is a file; the compile cache needs a folder",)),
+        ("cli-compile-cache-empty", 'python -m blamejax demo refund --compile-cache ""', cli("demo", "refund", "--compile-cache", ""),
+         SystemExit, ("--compile-cache: cannot use the folder: `path` must be a non-empty folder path, got ''",)),
+    ),
+    *rows(
+        "Saved results",
+        ("load-missing", 'ExactResult.load_json("result.json"), no such file', lambda: bj.ExactResult.load_json("result.json"),
+         FileNotFoundError, ("`path` 'result.json': no such file",)),
+        ("load-folder", "ExactResult.load_json(folder)", lambda: bj.ExactResult.load_json(folder()), IsADirectoryError,
+         ("`path` 'folder' is a folder; expected a JSON file",)),
+        ("load-not-a-path", "ExactResult.load_json(3)", lambda: bj.ExactResult.load_json(3), TypeError,
+         ("`path` must be a file path (str or os.PathLike), got 3",)),
+        ("load-empty-file", "ExactResult.load_json of an empty file", lambda: bj.ExactResult.load_json(at("result.json")),
+         ValueError, ("'result.json' is empty; expected a file that `to_json` wrote",)),
+        ("load-invalid-json", "ExactResult.load_json of a file holding `{`", lambda: bj.ExactResult.load_json(at("result.json", "{")),
+         ValueError, ("'result.json' is not valid JSON (Expecting property name", "expected a file that `to_json` wrote")),
+        ("load-bare-nan", "a result file with a bare NaN token", lambda: bj.ExactResult.load_json(result_file(edit=lambda t: t.replace("0.0", "NaN", 1))),
+         ValueError, ("'result.json': not strict JSON: the bare token NaN (blamejax writes NaN as null)",)),
+        ("load-other-type", "MCResult.load_json of an ExactResult's file", lambda: bj.MCResult.load_json(result_file()), ValueError,
+         ("expected a dict of type 'MCResult', got 'ExactResult'",)),
+        ("load-checkpoint-as-result", "BatchResult.load_json of a checkpoint file", lambda: bj.BatchResult.load_json(checkpoint_file()),
+         ValueError, ("expected a dict of type 'BatchResult', got a dict without \"type\" (keys ['arrays', 'fingerprint', 'format', 'kind'",)),
+        ("from-dict-list", "ExactResult.from_dict([1])", lambda: bj.ExactResult.from_dict([1]), ValueError,
+         ("expected a dict of type 'ExactResult', got a list",)),
+        ("from-dict-newer-format", 'ExactResult.from_dict(d) with d["format"] = 2', lambda: bj.ExactResult.from_dict(result_dict(format=2)),
+         ValueError, ("unknown ExactResult format 2, expected 1",)),
+        ("from-dict-missing-field", 'ExactResult.from_dict(d) without d["shapley"]', lambda: bj.ExactResult.from_dict(result_dict(shapley=...)),
+         ValueError, ("the ExactResult dict lacks the field 'shapley'",)),
+        ("from-dict-unknown-field", 'ExactResult.from_dict(d) with d["extra"] = 1', lambda: bj.ExactResult.from_dict(result_dict(extra=1)),
+         ValueError, ("ExactResult has no fields ['extra']",)),
+        ("from-dict-without-arrays", 'ExactResult.from_dict(d) without d["arrays"]', lambda: bj.ExactResult.from_dict(result_dict(arrays=...)),
+         ValueError, ('the ExactResult dict lacks "arrays" (the dtype and shape of each array field), got None',)),
+        ("from-dict-shape-mismatch", 'ExactResult.from_dict(d) with d["shapley"] cut to one row',
+         lambda: bj.ExactResult.from_dict(result_dict(shapley=result_dict()["shapley"][:1])), ValueError,
+         ("the ExactResult field 'shapley' does not match its entry under \"arrays\"", "cannot reshape array of size 2 into shape (2,2)")),
+        ("to-json-missing-folder", 'result.to_json("missing/result.json")', lambda: exact_result().to_json("missing/result.json"),
+         FileNotFoundError, ("cannot write 'missing/result.json': its folder", "does not exist")),
+        ("to-json-folder", "result.to_json(folder)", lambda: exact_result().to_json(folder()), IsADirectoryError,
+         ("cannot write 'folder': it is a folder; give a file path",)),
     ),
 ]
 
@@ -782,9 +1359,11 @@ def _param(row: Row):
 
 
 @pytest.mark.parametrize("row", [_param(row) for row in ROWS])
-def test_error(row: Row, capsys):
+def test_error(row: Row, capsys, tmp_path, monkeypatch):
     """The bad input raises `row.error` with a message that matches `row.match`. The command
-    line exits with status 2 and the message on stderr (argparse's `parser.error`)."""
+    line exits with status 2 and the message on stderr (argparse's `parser.error`). Each row
+    runs in a fresh temporary folder, where its trigger writes the files it needs."""
+    monkeypatch.chdir(tmp_path)
     if row.error is SystemExit:
         with pytest.raises(SystemExit) as info:
             row.trigger()

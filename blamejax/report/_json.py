@@ -49,8 +49,13 @@ def write_atomic(path, text: str | Iterable[str]) -> None:
 
     **Raises:** whatever writing or the iterable raises (after cleaning up).
     """
-    path = os.path.realpath(os.fspath(path))  # through a symlink, as `open` writes
+    given = os.fspath(path)
+    path = os.path.realpath(given)  # through a symlink, as `open` writes
     folder, name = os.path.split(path)
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"cannot write {given!r}: it is a folder; give a file path")
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"cannot write {given!r}: its folder {folder!r} does not exist")
     tmp = os.path.join(folder, f".{name}.{uuid.uuid4().hex[:12]}.tmp")
     chunks = (text,) if isinstance(text, str) else text
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # 0o666 & ~umask
@@ -177,15 +182,25 @@ def result_from_dict(cls, data: dict, **nested):
     fields.
     """
     if not isinstance(data, dict) or data.get("type") != cls.__name__:
-        got = data.get("type") if isinstance(data, dict) else type(data).__name__
-        raise ValueError(f"expected a dict of type {cls.__name__!r}, got {got!r}")
+        if not isinstance(data, dict):
+            got = f"a {type(data).__name__}"
+        elif "type" not in data:
+            got = f"a dict without \"type\" (keys {sorted(data)[:6]})"
+        else:
+            got = f"{data['type']!r}"
+        raise ValueError(f"expected a dict of type {cls.__name__!r}, got {got}")
     if data.get("format") != FORMAT:
         raise ValueError(f"unknown {cls.__name__} format {data.get('format')!r}, expected {FORMAT}")
     fields = {f.name: f for f in dataclasses.fields(cls)}
     extra = sorted(set(data) - set(fields) - {"type", "format", "arrays"})
     if extra:
         raise ValueError(f"{cls.__name__} has no fields {extra}")
-    arrays = data.get("arrays", {})
+    arrays = data.get("arrays")
+    if not isinstance(arrays, dict):
+        raise ValueError(
+            f"the {cls.__name__} dict lacks \"arrays\" (the dtype and shape of each array field), "
+            f"got {arrays!r:.80}"
+        )
     kwargs = {}
     for name, field in fields.items():
         if name not in data:
@@ -195,8 +210,14 @@ def result_from_dict(cls, data: dict, **nested):
         value = data[name]
         if name in arrays:
             meta = arrays[name]
-            dtype = np.dtype(meta["dtype"])
-            array = np.asarray(_decode_cells(value), dtype=dtype).reshape(meta["shape"])
+            try:
+                dtype = np.dtype(meta["dtype"])
+                array = np.asarray(_decode_cells(value), dtype=dtype).reshape(meta["shape"])
+            except (KeyError, TypeError, ValueError) as error:
+                raise ValueError(
+                    f"the {cls.__name__} field {name!r} does not match its entry under \"arrays\" "
+                    f"{meta!r:.80} ({error})"
+                ) from None
             # A JAX array comes back as one, unless this JAX cannot hold its dtype (a
             # float64 array read without x64): then it stays NumPy rather than be narrowed.
             if meta.get("jax") and jax.dtypes.canonicalize_dtype(dtype) == dtype:
@@ -221,9 +242,26 @@ def _refuse_constant(token: str):
 
 
 def read_json(path):
-    """Read a strict JSON file (a bare `NaN`, `Infinity` or `-Infinity` token is an error)."""
+    """Read a strict JSON file (a bare `NaN`, `Infinity` or `-Infinity` token is an error).
+
+    **Raises:** `TypeError` for a `path` that is not a path; `FileNotFoundError` or
+    `IsADirectoryError` naming it; `ValueError` naming the file when it is not strict JSON.
+    """
+    if isinstance(path, bool) or not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"`path` must be a file path (str or os.PathLike), got {path!r:.80}")
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"`path` {os.fspath(path)!r} is a folder; expected a JSON file")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"`path` {os.fspath(path)!r}: no such file")
     with open(path, encoding="utf-8") as f:
-        return json.loads(f.read(), parse_constant=_refuse_constant)
+        text = f.read()
+    try:
+        return json.loads(text, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as error:
+        what = "is empty" if not text.strip() else f"is not valid JSON ({error})"
+        raise ValueError(f"{os.fspath(path)!r} {what}; expected a file that `to_json` wrote") from None
+    except ValueError as error:
+        raise ValueError(f"{os.fspath(path)!r}: {error}") from None
 
 
 class JSONExport:

@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from ._request import Request, canonical_json, decode_logits, digest, encode_logits
+from ._request import Request, canonical_json, check_request, decode_logits, digest, encode_logits
 
 SCHEMA = 1
 KIND = "blamejax-scores"
@@ -90,10 +90,16 @@ class Cache:
     """
 
     def __init__(self, path, *, offline: bool = False, timeout: float = 30.0):
-        if not isinstance(path, (str, os.PathLike)):
+        if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
             raise TypeError(f"`path` must be a file path, got {path!r}")
         if not isinstance(offline, bool):
             raise TypeError(f"`offline` must be True or False, got {offline!r}")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 <= timeout < float("inf"):
+            raise ValueError(
+                f"`timeout` must be a finite number of seconds >= 0 (the wait for a cache another "
+                f"process is writing), got {timeout!r}"
+            )
+        _check_path(os.fspath(path), offline)
         self.path = os.fspath(path)
         self.offline = offline
         self._lock = threading.Lock()
@@ -141,13 +147,19 @@ class Cache:
 
     def get(self, identity: str, request: Request) -> np.ndarray | None:
         """The stored logits of `request` under the scorer `identity`, or None."""
+        request = _checked(identity, request)
         with self._lock:
             row = self._db.execute("SELECT logits FROM answers WHERE key = ?", (digest(identity, request),)).fetchone()
         return None if row is None else decode_logits(row[0])
 
     def put(self, identity: str, request: Request, logits, *, input_tokens: int = 0, output_tokens: int = 0) -> np.ndarray:
         """Store `logits` for `request` (committed at once) unless the key is already held;
-        returns the stored logits (the first answer written for the key)."""
+        returns the stored logits (the first answer written for the key).
+
+        **Raises:** `ValueError` for logits that are not one number per option, finite or
+        -inf and not all -inf (NaN or +inf would be replayed as if scored)."""
+        request = _checked(identity, request)
+        _check_stored_logits(logits, request)
         fields = _identity_fields(identity)
         key = digest(identity, request)
         with self._lock:
@@ -202,6 +214,45 @@ class Cache:
 
     def __repr__(self) -> str:
         return f"Cache({self.path!r}, offline={self.offline})"
+
+
+def _check_path(path: str, offline: bool) -> None:
+    if path == ":memory:":
+        return
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"`path` {path!r} is a folder; expected the cache's file (created if absent)")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"`path` {path!r}: its folder {folder!r} does not exist")
+    if offline and not os.path.exists(path):
+        raise FileNotFoundError(
+            f"offline cache {path!r} does not exist: offline mode replays a cache scored earlier; "
+            "check the path, or open it with offline=False to start one"
+        )
+
+
+def _checked(identity, request) -> Request:
+    if not isinstance(identity, str):
+        raise TypeError(f"`identity` must be a string (the scorer's identity), got {identity!r:.80}")
+    return check_request(request, where="request")
+
+
+def _check_stored_logits(logits, request: Request) -> None:
+    try:
+        row = np.asarray(logits, np.float64)
+    except (TypeError, ValueError):
+        row = None
+    if (
+        row is None
+        or row.shape != (len(request.options),)
+        or np.isnan(row).any()
+        or (row == np.inf).any()
+        or (row == -np.inf).all()
+    ):
+        raise ValueError(
+            f"`logits` must be {len(request.options)} numbers, one per option of {request.describe()}, "
+            f"finite or -inf and not all -inf; got {logits!r:.120}"
+        )
 
 
 def _identity_fields(identity: str) -> dict:

@@ -130,7 +130,12 @@ def fill_lazily(
         raise ValueError(f"`max_rounds` must be an integer >= 1, got {max_rounds!r}")
     runs = list(runs) if isinstance(runs, (list, tuple)) else runs
     if not isinstance(runs, list) or not runs or not all(isinstance(r, Run) for r in runs):
-        raise TypeError("`runs` must be a non-empty list of bj.traces.Run")
+        got = f"an empty {type(runs).__name__}" if isinstance(runs, list) and not runs else f"{runs!r:.80}"
+        raise TypeError(f"`runs` must be a non-empty list of bj.traces.Run, got {got}")
+    if isinstance(max_players, bool) or not isinstance(max_players, int) or max_players < 1:
+        raise ValueError(f"`max_players` must be an integer >= 1, got {max_players!r}")
+    if isinstance(players, str):
+        raise TypeError(f"`players` must be a list of step names or None, got the string {players!r}; write [{players!r}]")
     scored = [s.name for s in runs[0].steps if s.options is not None and s.choice is not None and s.logits is None]
     if not scored:
         raise ValueError(f"run {runs[0].run!r} has no decision step without logits: nothing to score")

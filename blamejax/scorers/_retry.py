@@ -4,6 +4,7 @@ dropped connections; `Retry-After` is honoured."""
 from __future__ import annotations
 
 import email.utils
+import math
 import time
 from collections.abc import Callable
 from typing import NamedTuple
@@ -53,10 +54,12 @@ class Retry(NamedTuple):
 def check_retry(retry) -> Retry:
     if not isinstance(retry, Retry):
         raise TypeError(f"`retry` must be a bj.scorers.Retry, got {retry!r}")
-    if not isinstance(retry.attempts, int) or retry.attempts < 1:
+    if isinstance(retry.attempts, bool) or not isinstance(retry.attempts, int) or retry.attempts < 1:
         raise ValueError(f"`retry.attempts` must be an integer >= 1, got {retry.attempts!r}")
-    if not retry.backoff >= 0 or not retry.max_backoff >= 0:
-        raise ValueError(f"`retry.backoff` and `retry.max_backoff` must be >= 0, got {retry}")
+    for name in ("backoff", "max_backoff"):
+        value = getattr(retry, name)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+            raise ValueError(f"`retry.{name}` must be a finite number of seconds >= 0, got {value!r}")
     return retry
 
 

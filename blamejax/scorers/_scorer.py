@@ -294,6 +294,11 @@ class FunctionScorer(Scorer):
         if self.fn is None:
             raise TypeError(f"{self.name} was given no `fn`: it writes text only")
         rows = self.fn(list(requests))
+        if isinstance(rows, (str, bytes, dict)) or not hasattr(rows, "__len__") or getattr(rows, "ndim", 1) == 0:
+            raise ValueError(
+                f"{self.name} (batched) returned {rows!r:.80} for {len(requests)} requests: expected "
+                "[N, K] logits or a list of N rows, one per request"
+            )
         if len(rows) != len(requests):
             raise ValueError(f"{self.name} returned {len(rows)} rows of logits for {len(requests)} requests")
         for request, row in zip(requests, rows):

@@ -134,6 +134,11 @@ def _check_runs(runs) -> list:
     return runs
 
 
+def _check_fix(fix) -> None:
+    if not isinstance(fix, str) or fix == "factual":
+        raise ValueError(f"`fix` must be the name of a fix variant (not 'factual'), got {fix!r}")
+
+
 def group_runs(runs: Sequence, *, fix: str = "fix") -> list[list]:
     """Split `runs` into groups that can be stacked (the same drawn steps: names, options,
     given steps, agents, fix variant present), in order of first appearance. Runs with no
@@ -147,8 +152,10 @@ def group_runs(runs: Sequence, *, fix: str = "fix") -> list[list]:
     assert [[r.run for r in g] for g in group_runs(runs)] == [["r0", "r2"], ["r1"]]
     ```
     """
+    runs = _check_runs(runs)
+    _check_fix(fix)
     groups: dict = {}
-    for run in _check_runs(runs):
+    for run in runs:
         signature = _signature(run, fix)
         if signature:
             groups.setdefault(signature, []).append(run)
@@ -194,8 +201,7 @@ def trace_cases(runs: Sequence, *, fix: str = "fix", score: Callable | None = No
     ```
     """
     runs = _check_runs(runs)
-    if not isinstance(fix, str) or fix == "factual":
-        raise ValueError(f"`fix` must be the name of a fix variant (not 'factual'), got {fix!r}")
+    _check_fix(fix)
     if score is not None and not callable(score):
         raise TypeError(f"`score` must be a function of the choices or None, got {score!r}")
     signature = _signature(runs[0], fix)

@@ -113,6 +113,8 @@ def load_predictions(path, runs: Sequence) -> dict:
     agent that is not a string.
     """
     path = os.fspath(path)
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"predictions file {path!r} is a folder; expected a JSON file")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"predictions file {path!r}: no such file")
     try:

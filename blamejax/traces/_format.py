@@ -55,7 +55,13 @@ class Step:
 
     def __post_init__(self):
         for name in ("parents", "options", "accept"):
-            object.__setattr__(self, name, _tuple(getattr(self, name)))
+            value = getattr(self, name)
+            if isinstance(value, str):  # tuple("ab") would split it into letters
+                raise TypeError(
+                    f"`{name}` of step {self.name!r} must be a list of strings, got the string {value!r}; "
+                    f"write [{value!r}]"
+                )
+            object.__setattr__(self, name, _tuple(value))
         if isinstance(self.logits, dict):
             logits = {k: _table(v) for k, v in self.logits.items()}
             object.__setattr__(self, "logits", logits)
@@ -206,6 +212,11 @@ def to_record(run: Run) -> dict:
     """
     if not isinstance(run, Run):
         raise TypeError(f"run must be a bj.traces.Run, got {type(run).__name__}")
+    if not isinstance(run.steps, tuple):
+        raise TypeError(f"`steps` of run {run.run!r} must be a list of bj.traces.Step, got {type(run.steps).__name__}")
+    for i, step in enumerate(run.steps):
+        if not isinstance(step, Step):
+            raise TypeError(f"`steps[{i}]` of run {run.run!r} must be a bj.traces.Step, got {step!r:.80}")
     out: dict = {"format": FORMAT, "run": run.run, "steps": [_step_record(s) for s in run.steps]}
     if run.score is not None:
         out["score"] = run.score
@@ -334,6 +345,8 @@ def list_files(path, suffixes: tuple[str, ...], what: str, key=None) -> list[Pat
     """`path` itself, or the files of the folder `path` whose suffix is one of `suffixes`,
     sorted (by `key` if given); a missing path or an empty folder is an error naming it and
     `what` it should hold."""
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(f"`path` must be a {what} file or folder (str or os.PathLike), got {path!r:.80}")
     path = Path(os.fspath(path))
     if path.is_dir():
         files = sorted((p for p in path.iterdir() if p.suffix in suffixes and p.is_file()), key=key)
@@ -431,6 +444,11 @@ def write(path, runs: Iterable[Run]) -> None:
     **Raises:** `TypeError` when an item is not a `Run`; `TraceError` listing every problem
     (the line numbers are those the runs would have in the file).
     """
+    if isinstance(runs, Run | str | bytes) or not isinstance(runs, Iterable):
+        raise TypeError(
+            f"`runs` must be a list of bj.traces.Run, got {type(runs).__name__}"
+            + ("; pass [run] for one run" if isinstance(runs, Run) else "")
+        )
     runs = list(runs)
     problems, seen, lines = [], {}, []
     for i, run in enumerate(runs):

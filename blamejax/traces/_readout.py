@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .._checks import check_threshold
 from ..estimators import BatchResult, ExactResult, MCResult
 
 
@@ -91,6 +92,13 @@ def _result_rows(result, failure: int, threshold):
             "`threshold` is fixed by blame_batch for a BatchResult (its `threshold` field, "
             f"{result.threshold}); leave it None, got {threshold!r}"
         )
+    if threshold is not None and isinstance(result, MCResult):
+        raise ValueError(
+            "`threshold` decides repairs from fix-alone values, which an MCResult does not carry; "
+            f"leave it None, got {threshold!r}"
+        )
+    if threshold is not None:
+        threshold = check_threshold(threshold)
     row = values[failure]
     if isinstance(result, ExactResult):
         level = result.score_range[1] if threshold is None else float(threshold)
