@@ -110,6 +110,10 @@ def test_text_seed_and_text_requests_are_checked():
         writer.generate([TextRequest("note", "factual", "hi", 1, temperature=3.0)])
     with pytest.raises(TypeError, match="`requests` must be a list of bj.scorers.TextRequest"):
         writer.generate(TextRequest("note", "factual", "hi", 1))
+    with pytest.raises(TypeError, match=r"`requests\[0\]` is a bj.scorers.Request \(options to score"):
+        writer.generate([bj.scorers.Request("note", "factual", "hi", ("a", "b"))])
+    with pytest.raises(TypeError, match=r"`requests\[0\]` must be a bj.scorers.Request"):
+        FunctionScorer(lambda r: [0.0]).score([TextRequest("note", "factual", "hi", 1)])
     with pytest.raises(TypeError, match="writes no text: it scores options only"):
         FunctionScorer(lambda r: [0.0]).generate([TextRequest("note", "factual", "hi", 1)])
     with pytest.raises(ReplyError, match="expected a string of text"):

@@ -25,7 +25,7 @@ import jax.random as jr
 import numpy as np
 
 from ..noise import as_key, fold_in, stable_hash, world_key
-from ._request import canonical_json
+from ._request import Request, canonical_json
 
 _TEXT_TAG = 0x54455854  # "TEXT": the family of text seeds, apart from every other draw
 SEED_LIMIT = 2**31  # seeds are in [0, 2**31): every server's seed type holds them
@@ -90,6 +90,11 @@ ROLES = ("system", "user", "assistant")
 
 def check_text_request(request, *, where: str = "requests[0]") -> TextRequest:
     """`request` (a `TextRequest` or a tuple of its fields) checked."""
+    if isinstance(request, Request):
+        raise TypeError(
+            f"`{where}` is a bj.scorers.Request (options to score, with `scorer.score`); "
+            f"`generate` writes text for a TextRequest(step, variant, inputs, seed), got {request!r:.120}"
+        )
     if not isinstance(request, tuple) or not 4 <= len(request) <= 6:
         raise TypeError(
             f"`{where}` must be a bj.scorers.TextRequest(step, variant, inputs, seed), got {request!r}"
