@@ -7,6 +7,7 @@ under the request: the same seed and inputs make one call, then hits; the record
 texts replay with no call; an offline miss names the request; another world is another seed
 and a fresh call (interventional, not counterfactual)."""
 
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -242,3 +243,29 @@ def test_a_function_writer_gets_the_seed_and_jit_equals_eager(tmp_path):
     assert writer.generate(requests[::-1]) == texts[::-1] and writer.meter.calls == 3
     with pytest.raises(TypeError, match="was given no `fn`: it writes text only"):
         writer.score([bj.scorers.Request("s", "factual", "", ("a",))])
+
+
+def test_threaded_generate_equals_a_loop(tmp_path):
+    def write(request):
+        return f"{request.inputs}:{request.seed}"
+
+    requests = [TextRequest("note", "factual", f"ticket {i % 3}", text_seed(0, "note", world=i)) for i in range(8)]
+    loop = [write(r) for r in requests]
+    threaded = FunctionScorer(None, text=write, name="w", concurrency=4, cache=Cache(tmp_path / "t.sqlite"))
+    assert threaded.generate(requests) == loop and threaded.meter.calls == 8
+
+
+def test_a_cache_written_before_the_texts_table_gains_it(tmp_path):
+    path = tmp_path / "old.sqlite"
+    scores = FunctionScorer(lambda r: [0.0, 1.0], name="f", cache=Cache(path))
+    [logits] = scores.score([bj.scorers.Request("s", "factual", "x", ("a", "b"))])
+    scores.cache.close()
+    db = sqlite3.connect(path)
+    db.execute("DROP TABLE texts")  # as a schema-1 file of before free-text steps
+    db.commit()
+    db.close()
+    cache = Cache(path)
+    assert len(cache) == 1 and cache.num_texts() == 0
+    writer = FunctionScorer(None, text=lambda r: "hello", name="f", cache=cache)
+    request = TextRequest("note", "factual", "hi", 3)
+    assert writer.generate([request]) == ["hello"] and Cache(path, offline=True).get_text(writer.text_identity, request) == "hello"
