@@ -8,7 +8,8 @@ import threading
 class Meter:
     """Counts, safe to share between threads and scorers.
 
-    - `calls`: answers obtained from the model (or the function), one per scored request;
+    - `calls`: answers obtained from the model (or the function), one per scored request or
+      written text;
     - `attempts`: HTTP requests sent, retries included; `retries`: the attempts that failed
       and were retried (rate limits, server errors, timeouts);
     - `hits`: requests answered from the cache; `misses`: requests the cache did not hold;
