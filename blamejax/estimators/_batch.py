@@ -681,7 +681,8 @@ def _analyse(settings: BatchSettings, cases, worlds, start: int, case_ids) -> di
     num_f, num_w = worlds.key.shape
     if settings.estimator == "exact":
         result, resolve = exact_run(
-            game, cases, worlds, max_steps=max(n, 20), threshold=settings.threshold, case_ids=case_ids
+            game, cases, worlds, max_steps=max(n, 20), threshold=settings.threshold, case_ids=case_ids,
+            fixed_shape=True,  # every block has the block size: no bucket padding on top
         )
         out = jax.device_get(
             dict(shapley=result.shapley, empty=result.empty, full=result.full, last_step=result.last_step, resolve=resolve)

@@ -271,11 +271,14 @@ def exact_run(
     threshold=None,
     case_ids=None,
     interruptible=False,
+    fixed_shape=False,
 ):
     """`exact_blame` of a checked `game`, and (for `blame_batch`) with `threshold` given, the
     share of worlds in which fixing each player alone reaches it, `[F, n]`, from the same
     coalition tables. `interruptible`: wait for each chunk and stop with `KeyboardInterrupt`
-    after the chunk during which a Ctrl-C came (inside `defers_interrupts`)."""
+    after the chunk during which a Ctrl-C came (inside `defers_interrupts`). `fixed_shape`: the
+    caller already gives every call the same number of failures (`blame_batch`'s blocks), so a
+    chunk is not padded up to a bucket (no copy before the call, no join after it)."""
     num_failures = leading_size(cases)
     structure = game.structure
     # On the device once (a no-op for JAX arrays), and sliced there.
@@ -308,13 +311,14 @@ def exact_run(
     pieces, stats = [], []
     for start in range(0, num_failures, chunk_size):
         stop = min(start + chunk_size, num_failures)
-        bucket = -(-_bucket(stop - start, chunk_size) // width) * width  # whole rows per device
+        count = stop - start if fixed_shape else _bucket(stop - start, chunk_size)
+        bucket = -(-count // width) * width  # whole rows per device
         if start == 0 and bucket == num_failures:
             chunk_cases, chunk_worlds = cases, worlds  # one call, no padding: no copies
         else:
             index = np.arange(start, start + bucket)
             index = np.where(index < stop, index, start)  # pad with a real failure, dropped below
-            chunk_cases, chunk_worlds = take_rows((cases, worlds), jnp.asarray(index, jnp.int32))
+            chunk_cases, chunk_worlds = take_rows((cases, worlds), np.asarray(index, np.int32))
         chunk_cases, chunk_worlds = place((chunk_cases, chunk_worlds), sharding)
         # Across processes the outputs are gathered whole into every process.
         attribution, last, chunk_stats, resolve = to_local(function(chunk_cases, chunk_worlds, threshold))
