@@ -127,7 +127,10 @@ def enable_compile_cache(path=None) -> str | None:
             raise TypeError(f"`path` must be a non-empty folder path, got {path!r}")
     if os.path.exists(folder) and not os.path.isdir(folder):
         raise NotADirectoryError(f"`path` {folder!r} is a file; the compile cache needs a folder")
-    os.makedirs(folder, exist_ok=True)
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as error:
+        raise type(error)(f"`path` {folder!r}: cannot make the folder ({error.strerror or error})") from None
     jax.config.update("jax_compilation_cache_dir", folder)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)

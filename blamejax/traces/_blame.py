@@ -41,6 +41,16 @@ def _no_fix(fix: str) -> str:
     return f"no {fix!r} variant in its logits (drawn with its factual logits, not blamed)"
 
 
+class _Choices(dict):
+    """`{step: Choice}` for a `score` function; a step it does not hold is named in the error."""
+
+    def __missing__(self, step):
+        raise KeyError(
+            f"`score` asked for the choice of step {step!r}, which is not a drawn step of these runs; "
+            f"the drawn steps are {list(self)}"
+        )
+
+
 @dataclasses.dataclass(frozen=True)
 class TracePipeline:
     """The pipeline of one group of runs: each drawn step in run order,
@@ -61,7 +71,7 @@ class TracePipeline:
     score: Callable | None = None
 
     def __call__(self, ctx, case):
-        made, choices = [], {}
+        made, choices = [], _Choices()
         for name, given in zip(self.steps, self.given):
             parent = None if given is None else made[given]
             choice = ctx.choose(name, case["logits"][name], given=parent)
