@@ -6,6 +6,8 @@ They run eagerly, on the host, before anything is compiled.
 
 from __future__ import annotations
 
+import os
+
 import jax
 import numpy as np
 
@@ -202,3 +204,30 @@ def warn_not_failures(empty, score_range, what: str = "failures") -> None:
         NotAFailureWarning,
         stacklevel=3,
     )
+
+
+def available_memory() -> tuple[int, str]:
+    """(bytes, where the figure comes from): MemAvailable of /proc/meminfo, else the machine's
+    physical memory, else 4 GiB."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024, "MemAvailable in /proc/meminfo"
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "the machine's physical memory"
+    except (ValueError, OSError, AttributeError):
+        return 4 * 2**30, "an assumed 4 GiB: the machine's memory is unknown"
+
+
+def check_memory(need: int, what: str, advice: str) -> None:
+    """Refuse up front, with the figures, a request whose arrays alone would need more than
+    the memory available (instead of running the machine out of memory)."""
+    available, source = available_memory()
+    if need > available:
+        raise ValueError(
+            f"{what} needs about {need / 2**30:.1f} GiB, more than the {available / 2**30:.1f} GiB "
+            f"available ({source}); {advice}"
+        )

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import os
 
 import jax
 import numpy as np
+
+from ._checks import available_memory
 
 
 def _refund(args) -> int:
@@ -182,22 +183,6 @@ def _bytes_per_case(name: str, worlds: int) -> int:
 def memory_need(name: str, cases: int, worlds: int = 8) -> int:
     """Bytes a demo run of `cases` cases is taken to need (see `BYTES_PER_CASE`)."""
     return PROCESS_BYTES + MEMORY_MARGIN * cases * _bytes_per_case(name, worlds)
-
-
-def available_memory() -> tuple[int, str]:
-    """(bytes, where the figure comes from): MemAvailable of /proc/meminfo, else the machine's
-    physical memory, else 4 GiB."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024, "MemAvailable in /proc/meminfo"
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "the machine's physical memory"
-    except (ValueError, OSError, AttributeError):
-        return 4 * 2**30, "an assumed 4 GiB: the machine's memory is unknown"
 
 
 def _seed(text: str) -> int:

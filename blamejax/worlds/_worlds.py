@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Int
 
-from .._checks import as_key, leading_size
+from .._checks import as_key, check_memory, leading_size
 from .._compile import compiled
 from ..noise import abduct_gumbels, abduction_key, stable_hash, world_key
 from ..pipeline import (
@@ -70,8 +70,22 @@ def fresh_worlds(key, case_ids, num_worlds: int) -> World:
         raise ValueError(f"`num_worlds` must be a positive int, got {num_worlds!r}")
     key = as_key(key)
     ids = _case_ids(case_ids).astype(np.uint32)
+    _check_world_memory(ids.size, num_worlds, 0)
     worlds = np.arange(1, num_worlds + 1, dtype=np.uint32)
     return World(key=world_key(key, ids[:, None], worlds[None, :]))  # one compiled call
+
+
+def _check_world_memory(num_cases: int, num_worlds: int, options: int) -> None:
+    """Refuse up front `num_worlds` worlds per case whose arrays alone would not fit: a key
+    (8 bytes) per case and world, and for abducted worlds the Gumbels of every option of
+    every site (`options` of them, one float each), counted twice for the arrays made while
+    they are built."""
+    per_world = 8 + options * np.dtype(jnp.result_type(float)).itemsize
+    check_memory(
+        2 * num_cases * num_worlds * per_world,
+        f"`num_worlds` = {num_worlds} for {num_cases} case" + ("s" if num_cases != 1 else ""),
+        "ask for fewer worlds, or blame fewer cases per call",
+    )
 
 
 def observed_plan(structure: Structure, observed: Int[Array, " sites"]) -> Plan:
@@ -128,6 +142,7 @@ def inferred_worlds(pipeline: Callable, cases, observed, key, num_worlds: int, c
     ids = np.arange(num_cases) if case_ids is None else _case_ids(case_ids)
     if ids.shape != (num_cases,):
         raise ValueError(f"`case_ids` must hold one id per case ({num_cases}), got shape {ids.shape}")
+    _check_world_memory(num_cases, num_worlds, sum(site.num_options for site in structure.sites))
     key = as_key(key)
     observed_d = jnp.asarray(observed, jnp.int32)
     seen, picked = _seen_function(pipeline, structure)(cases, observed_d, key)
