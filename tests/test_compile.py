@@ -72,3 +72,64 @@ def test_visit_order_of_other_keys_uses_jax_random():
     key = jr.key(3, impl="rbg")
     expected = np.asarray(jr.permutation(jr.fold_in(key, VISIT_TAG), 40))
     assert np.array_equal(visit_order(key, 40), expected)
+
+
+def test_int_seed_key_equals_jax_random_key():
+    """`as_key(int)` builds the key from its words (nothing to compile): the same key as
+    `jax.random.key`, for seeds on both sides of 2**31."""
+    import jax.random as jr
+    import numpy as np
+
+    for seed in (0, 5, 2**31 - 1, 2**31, 2**32 - 1):
+        ours, theirs = bj.noise.as_key(seed), jr.key(seed)
+        assert ours.dtype == theirs.dtype and str(jr.key_impl(ours)) == str(jr.key_impl(theirs))
+        assert np.array_equal(jr.key_data(ours), jr.key_data(theirs))
+
+
+FIRST_CALL = r"""
+import logging, re
+import numpy as np
+import jax
+import blamejax as bj
+
+compiled = []
+class Names(logging.Handler):
+    def emit(self, record):
+        found = re.match(r"Compiling (\S+)", record.getMessage())
+        if found:
+            compiled.append(found.group(1))
+jax.config.update("jax_log_compiles", True)
+for name in ("jax._src.interpreters.pxla", "jax._src.dispatch"):
+    logger = logging.getLogger(name)
+    logger.addHandler(Names()); logger.setLevel(logging.DEBUG); logger.propagate = False
+
+def pipeline(ctx, case):
+    query = ctx.choose("rewrite", case["rewrite"])
+    answer = ctx.choose("answer", case["answer"], given=query)
+    return answer.take(case["right"])
+
+rng = np.random.default_rng(0)
+cases = dict(rewrite=rng.normal(size=(40, 2, 3)).astype(np.float32),
+             answer=rng.normal(size=(40, 2, 3, 3)).astype(np.float32),
+             right=(rng.random((40, 3)) < 0.5).astype(np.float32))
+result = bj.blame_batch(pipeline, cases, 0)
+assert result.num_analysed > 0
+print(" ".join(sorted(compiled)))
+"""
+
+
+def test_first_blame_batch_compiles_three_programs():
+    """A first `blame_batch` in a fresh process (exact estimator, one block) compiles three
+    programs: the factual runs, the failures' fully fixed runs, and the coalition tables;
+    no eager operation compiles one of its own (each would be one more compile, and one more
+    persistent-cache load, in every new process)."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, BLAMEJAX_COMPILE_CACHE="off")
+    done = subprocess.run(
+        [sys.executable, "-c", FIRST_CALL], capture_output=True, text=True, timeout=300, env=env, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["jit(chunk)", "jit(front)", "jit(select)"], done.stdout

@@ -58,7 +58,7 @@ from ._checkpoint import (
     write_checkpoint,
 )
 from ._devices import over_failures
-from ._exact import exact_run, explain_nan, take_rows
+from ._exact import exact_run, explain_nan, on_device, take_rows
 from ._mc import mc_shapley_fixed
 from ._order import visit_order
 
@@ -313,7 +313,7 @@ def blame_batch(
         block_size=None if block_size is None else int(block_size),
     )
     check_finite_logits(cases)  # before the transfer: host arrays are checked where they are
-    cases = jax.tree_util.tree_map(jnp.asarray, cases)  # on the device once, sliced there
+    cases = jax.tree_util.tree_map(on_device, cases)  # on the device once, sliced there
     saved = fingerprint = None
     if path is not None:  # a checkpoint of other arguments is refused before any work
         interrupt_notice(_interrupt_notice(path))

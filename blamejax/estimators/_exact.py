@@ -173,6 +173,15 @@ def _non_finite(cases):
     return jnp.any(jnp.stack(flags)) if flags else jnp.asarray(False)
 
 
+def on_device(x):
+    """`jnp.asarray(x)` for one leaf of the cases, without compiling anything: a NumPy array is
+    transferred with `jax.device_put` (the same dtype and values; `jnp.asarray` compiles a small
+    program per shape to do it), a `jax.Array` is left as it is."""
+    if isinstance(x, jax.Array):
+        return x
+    return jax.device_put(x) if isinstance(x, np.ndarray) else jnp.asarray(x)
+
+
 @jax.jit
 def take_rows(tree, index):
     """Rows `index` of every leaf (on the device): one chunk of failures, padded."""
@@ -248,7 +257,7 @@ def exact_blame(
     ```
     """
     # On the device once (a no-op for JAX arrays), and sliced there.
-    cases = jax.tree_util.tree_map(lambda x: x if isinstance(x, jax.Array) else jnp.asarray(x), cases)
+    cases = jax.tree_util.tree_map(on_device, cases)
     game = make_game(pipeline, cases, steps=steps, fixes=fixes, mode=mode, score_range=score_range)
     interrupt_notice("exact_blame: Ctrl-C received; stopping after the current chunk of failures")
     result = exact_run(
@@ -282,7 +291,7 @@ def exact_run(
     num_failures = leading_size(cases)
     structure = game.structure
     # On the device once (a no-op for JAX arrays), and sliced there.
-    cases = jax.tree_util.tree_map(lambda x: x if isinstance(x, jax.Array) else jnp.asarray(x), cases)
+    cases = jax.tree_util.tree_map(on_device, cases)
     n = game.num_players
     if not isinstance(max_steps, int) or max_steps < 1:
         raise ValueError(f"`max_steps` must be a positive int, got {max_steps!r}")

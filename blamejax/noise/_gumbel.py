@@ -331,6 +331,8 @@ def as_key(key) -> PRNGKeyArray:
     if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
         if not 0 <= int(key) < 2**32:  # wider seeds would alias others (or overflow) silently
             raise ValueError(f"`key`, an int seed, must be in [0, 2**32), got {int(key)}")
+        if str(jax.config.jax_default_prng_impl) == "threefry2x32":  # jr.key's words, nothing to compile
+            return jr.wrap_key_data(np.array([0, int(key)], np.uint32), impl="threefry2x32")
         return jr.key(int(key))
     if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
         if key.shape != ():
