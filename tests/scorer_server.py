@@ -125,3 +125,19 @@ def chat_text_model(body):
 def message_text_model(body):
     """Anthropic messages answered with `text_of(body)` (no seed: the API takes none)."""
     return Reply(message(text_of(body), input_tokens=6, output_tokens=8))
+
+
+def openai_scorer(api: FakeAPI, **options):
+    """An `OpenAIScorer` of the real `openai` client talking to `api` (quick retries)."""
+    from blamejax.scorers import OpenAIScorer, Retry
+
+    options.setdefault("retry", Retry(attempts=3, backoff=0.0))
+    return OpenAIScorer("test-model", base_url=f"{api.url}/v1", api_key="test", timeout=5.0, **options)
+
+
+def anthropic_scorer(api: FakeAPI, **options):
+    """An `AnthropicScorer` of the real `anthropic` client talking to `api` (quick retries)."""
+    from blamejax.scorers import AnthropicScorer, Retry
+
+    options.setdefault("retry", Retry(attempts=3, backoff=0.0))
+    return AnthropicScorer("test-model", base_url=api.url, api_key="test", timeout=5.0, **options)

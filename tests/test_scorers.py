@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from scorer_server import FakeAPI, Reply, chat, message
+from scorer_server import FakeAPI, Reply, anthropic_scorer, chat, message, openai_scorer
 
 import blamejax as bj
 from blamejax.scorers import (
@@ -47,14 +47,8 @@ def api():
         server.close()
 
 
-def openai_scorer(api, **options):
-    options.setdefault("retry", Retry(attempts=3, backoff=0.0))
-    return OpenAIScorer("test-model", base_url=f"{api.url}/v1", api_key="test", timeout=5.0, **options)
 
 
-def anthropic_scorer(api, **options):
-    options.setdefault("retry", Retry(attempts=3, backoff=0.0))
-    return AnthropicScorer("test-model", base_url=api.url, api_key="test", timeout=5.0, **options)
 
 
 def lengths(request):

@@ -16,17 +16,24 @@ import jax
 import jax.random as jr
 import numpy as np
 import pytest
-from scorer_server import FakeAPI, Reply, chat, chat_text_model, message, message_text_model
+from scorer_server import (
+    FakeAPI,
+    Reply,
+    anthropic_scorer,
+    chat,
+    chat_text_model,
+    message,
+    message_text_model,
+    openai_scorer,
+)
 
 import blamejax as bj
 from blamejax.scorers import (
-    AnthropicScorer,
     Cache,
     FunctionScorer,
     OfflineMiss,
     OpenAIScorer,
     ReplyError,
-    Retry,
     ScorerError,
     TextRequest,
     text_seed,
@@ -53,14 +60,8 @@ def messages_api():
         server.close()
 
 
-def openai_writer(api, **options):
-    options.setdefault("retry", Retry(attempts=3, backoff=0.0))
-    return OpenAIScorer("test-model", base_url=f"{api.url}/v1", api_key="test", timeout=5.0, **options)
 
 
-def anthropic_writer(api, **options):
-    options.setdefault("retry", Retry(attempts=3, backoff=0.0))
-    return AnthropicScorer("test-model", base_url=api.url, api_key="test", timeout=5.0, **options)
 
 
 # The seed ------------------------------------------------------------------------------
@@ -127,7 +128,7 @@ def test_text_seed_and_text_requests_are_checked():
 
 def test_the_same_seed_and_inputs_make_one_call_then_hits(chat_api, tmp_path):
     path = tmp_path / "texts.sqlite"
-    writer = openai_writer(chat_api, cache=Cache(path))
+    writer = openai_scorer(chat_api, cache=Cache(path))
     seed = text_seed(0, "note")
     request = TextRequest("note", "factual", NOTE, seed, temperature=0.7, max_tokens=64)
     text, same = writer.generate([request, request])
@@ -173,7 +174,7 @@ def test_an_offline_miss_names_the_request(tmp_path):
 def test_recorded_texts_replay_with_no_call_and_a_changed_input_is_a_fresh_sample(chat_api, tmp_path):
     path = tmp_path / "texts.sqlite"
     recorded = TextRequest("note", "factual", NOTE, text_seed(3, "note", case=1))
-    writer = openai_writer(chat_api, cache=Cache(path))
+    writer = openai_scorer(chat_api, cache=Cache(path))
     writer.record([recorded], ["The ticket asks for a refund."])
     assert writer.generate([recorded]) == ["The ticket asks for a refund."]
     assert chat_api.received == [] and writer.meter.calls == 0 and writer.meter.hits == 1
@@ -188,11 +189,11 @@ def test_recorded_texts_replay_with_no_call_and_a_changed_input_is_a_fresh_sampl
     with pytest.raises(TypeError, match="`texts` must be a list of 1 strings"):
         writer.record([recorded], "one")
     with pytest.raises(ValueError, match="has no cache"):
-        openai_writer(chat_api).record([recorded], ["x"])
+        openai_scorer(chat_api).record([recorded], ["x"])
 
 
 def test_anthropic_sends_the_temperature_and_system_and_caches_under_the_seed(messages_api, tmp_path):
-    writer = anthropic_writer(messages_api, cache=Cache(tmp_path / "texts.sqlite"))
+    writer = anthropic_scorer(messages_api, cache=Cache(tmp_path / "texts.sqlite"))
     request = TextRequest("note", "factual", NOTE, text_seed(0, "note"), temperature=0.5)
     [text] = writer.generate([request])
     path_sent, body = messages_api.received[0]
@@ -207,7 +208,7 @@ def test_anthropic_sends_the_temperature_and_system_and_caches_under_the_seed(me
 
 
 def test_text_calls_are_retried_and_malformed_replies_are_errors(chat_api, messages_api):
-    writer = openai_writer(chat_api)
+    writer = openai_scorer(chat_api)
     request = TextRequest("note", "factual", "hi", 11)
     chat_api.script.extend([Reply({"error": {"message": "slow down"}}, status=429, headers={"retry-after": "0"}),
                             Reply(chat("hello"))])
@@ -221,7 +222,7 @@ def test_text_calls_are_retried_and_malformed_replies_are_errors(chat_api, messa
         writer.generate([request._replace(seed=13)])
     messages_api.script.append(Reply(message("x") | {"content": None}))
     with pytest.raises(ReplyError, match="without content"):
-        anthropic_writer(messages_api).generate([request])
+        anthropic_scorer(messages_api).generate([request])
 
 
 def test_a_function_writer_gets_the_seed_and_jit_equals_eager(tmp_path):

@@ -85,14 +85,8 @@ class AnthropicScorer(RemoteScorer):
                 messages=[{"role": "user", "content": message}], extra_body=body,
             )
 
-        response = self._request(request, send)
-        usage = getattr(response, "usage", None)
-        blocks = getattr(response, "content", None)
-        if not isinstance(blocks, list):
-            raise ReplyError(f"{self.name} returned a response without content for {request.describe()}")
-        text = "".join(getattr(b, "text", "") for b in blocks if getattr(b, "type", None) == "text")
-        logits = logits_from_json(text, request, who=self.name)
-        return Answer(logits, tokens(usage, "input_tokens"), tokens(usage, "output_tokens"))
+        text, used, made = self._reply(request, self._request(request, send))
+        return Answer(logits_from_json(text, request, who=self.name), used, made)
 
     def _generate(self, request):
         messages = request.messages()
@@ -106,10 +100,13 @@ class AnthropicScorer(RemoteScorer):
                 extra_body={"temperature": request.temperature}, **options,
             )
 
-        response = self._request(request, send)
+        return TextAnswer(*self._reply(request, self._request(request, send)))
+
+    def _reply(self, request, response) -> tuple[str, int, int]:
+        """A message's text blocks joined, and its input and output tokens."""
         usage = getattr(response, "usage", None)
         blocks = getattr(response, "content", None)
         if not isinstance(blocks, list):
             raise ReplyError(f"{self.name} returned a response without content for {request.describe()}")
         text = "".join(getattr(b, "text", "") for b in blocks if getattr(b, "type", None) == "text")
-        return TextAnswer(text, tokens(usage, "input_tokens"), tokens(usage, "output_tokens"))
+        return text, tokens(usage, "input_tokens"), tokens(usage, "output_tokens")
