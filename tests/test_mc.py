@@ -361,13 +361,15 @@ def test_scored_prefixes():
     assert [bj.estimators.scored_prefixes(n) for n in sizes] == [3, 8, 12, 16, 21, 32, 256]
 
 
-@pytest.mark.parametrize("n", [4, 8])
+@pytest.mark.parametrize("n", [4, 8, 10])
 @pytest.mark.parametrize("antithetic", [False, True])
 def test_budget_accounting_is_exact(antithetic, n):
     """A counter inside the pipeline (a `jax.debug.callback` per evaluation) sees exactly the
     evaluations reported: when every slot and lane is used (32 failures, 32 lanes, a fixed
     budget of 16 samples), the budget charged to each failure, plus at n = 8 the padding of
-    each order's 7 interior prefixes to `scored_prefixes(8)` = 8 (at n = 4 there is none);
+    each order's 7 interior prefixes to `scored_prefixes(8)` = 8 (at n = 4 there is none),
+    and at n = 10 the padding of 9 prefixes to 2 blocks of 5 and the ends scored in the
+    loop (one block of 5 in each of the 32 lanes, of which 2 per failure are charged);
     and `evaluations_computed` in total otherwise."""
     counter = []
     pipeline = make_game_pipeline(n, counter)
@@ -387,11 +389,16 @@ def test_budget_accounting_is_exact(antithetic, n):
     jax.effects_barrier()
     np.testing.assert_array_equal(result.evaluations, 2 + (n - 1) * pair * 16)
     np.testing.assert_array_equal(result.num_permutations, 16 * pair)
-    assert bj.estimators.scored_prefixes(n) == {4: 3, 8: 8}[n]
+    assert bj.estimators.scored_prefixes(n) == {4: 3, 8: 8, 10: 10}[n]
     padding = 32 * 16 * pair * (bj.estimators.scored_prefixes(n) - (n - 1))
+    if n == 10:
+        assert mc._prefix_blocks(n) == (2, 5) and mc._ends_in_loop(n)
+        padding += 32 * pair * 5 - 32 * 2
+    else:
+        assert not mc._ends_in_loop(n)
     assert sum(counter) == result.evaluations_computed
     assert sum(counter) == int(np.asarray(result.evaluations).sum()) + padding
-    if n == 8:
+    if n != 4:
         return
 
     counter.clear()
@@ -735,6 +742,47 @@ def test_blocks_of_prefixes_equal_one_batch(monkeypatch, antithetic):
         np.testing.assert_allclose(getattr(blocks, field), getattr(one_batch, field), atol=1e-6)
         np.testing.assert_allclose(getattr(jitted, field), getattr(blocks, field), atol=1e-6)
     assert float(jnp.abs(blocks.values).max()) > 0
+
+def test_ends_in_the_loop_trace_the_pipeline_once(monkeypatch):
+    """With more than one block of prefixes per order (a 12-step chain: 2 blocks), the
+    compiled call traces the pipeline once: the empty and the full coalition are scored by
+    its loop, in a first iteration. Its answers are bit for bit those of scoring them in a
+    separate batch (the former design, which traces the pipeline twice), plain and
+    antithetic, adaptive and fixed budget; at n = 6 (one block) the separate batch stays."""
+    calls = []
+
+    def pipeline(ctx, case):
+        calls.append(1)
+        return chain_pipeline(ctx, case)
+
+    def run(n, **kw):
+        cases = random_chain_cases(jr.key(40 + n), n, 5)
+        worlds = bj.fresh_worlds(41, 5, 2)
+        bj.Game.make(pipeline, cases)  # discovery (cached) before counting
+        before = len(calls)
+        result = bj.mc_shapley(
+            pipeline, cases, worlds, key=42, max_evaluations=4 + 2 * (n - 1) * 300, lanes=64, **kw
+        )
+        return result, len(calls) - before
+
+    settings = [dict(stop=()), dict(stop=(), antithetic=True), dict(epsilon=0.05, t1=8)]
+    bj.clear_caches()
+    merged = [run(12, **kw) for kw in settings]
+    assert mc._ends_in_loop(12) and not mc._ends_in_loop(6)
+    # (the adaptive run reuses the first run's compiled call: no trace)
+    assert [traces for _, traces in merged] == [1, 1, 0]
+    assert run(6)[1] == 2
+    monkeypatch.setattr(mc, "_ends_in_loop", lambda n: False)
+    bj.clear_caches()
+    separate = [run(12, **kw) for kw in settings]
+    assert [traces for _, traces in separate] == [2, 2, 0]
+    for (a, _), (b, _) in zip(merged, separate):
+        for field in ("values", "variance", "lower", "upper", "empty", "full", "num_samples"):
+            np.testing.assert_array_equal(getattr(a, field), getattr(b, field), err_msg=field)
+        np.testing.assert_array_equal(a.evaluations, b.evaluations)
+    assert np.all(np.asarray(merged[2][0].checkpoint) > 1)  # later calls: the ends given
+    bj.clear_caches()
+
 
 # ------------------------------------------------------------------------------------
 # Errors and the table.

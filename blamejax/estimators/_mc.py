@@ -17,14 +17,19 @@ add up to its `v(all) - v(empty)`, and a marginal still lies in an interval of w
 world): `2 W` for the empty and full coalitions, then `W (n - 1)` per order (`2 W (n - 1)`
 per antithetic pair). `MCResult.evaluations` is exactly that count. (The compiled calls
 score each order's prefixes in blocks of at most 8, padded with copies of the full
-coalition, which runs faster; that padding, like idle lanes, counts in
+coalition, which runs faster; that padding, like idle lanes and, for n > 9, the rest of
+the block that scores the empty and full coalition in every lane, counts in
 `MCResult.evaluations_computed` only.)
 
-**Scoring an order.** Its interior prefixes are scored block by block in a `lax.scan`
+**Scoring an order.** Its interior prefixes are scored block by block in a loop
 (`scored_prefixes`): the compiled program holds one batched pipeline, one block of
 coalitions for every lane, whatever n is, and what it keeps alive is one block's work, so
 compile time and memory grow with the pipeline (linearly in n), not with the number of
-prefixes times n.
+prefixes times n. When an order takes more than one block (n > 9), the empty and the full
+coalition are scored by the same loop, in a first iteration of one block
+(`_ends_in_loop`), so the pipeline is traced once, not twice: half the program to compile.
+Compile time then grows with the number of steps, about two compiled kernels per step
+(the choice's gather and its table's argmax), each compiled on its own.
 
 **The driver** (`mc_shapley`) is a host loop over checkpoints fixed in advance
 (`blamejax.stats.checkpoints`), written as `_mc_init` / `_mc_step` / `_mc_finish` over an
@@ -161,14 +166,29 @@ def scored_prefixes(n: int) -> int:
     return num_blocks * block
 
 
+def _block_sizes(n: int) -> np.ndarray:
+    """`[blocks, block]`: the prefix sizes scored in each block (`_prefix_blocks`); the
+    padding is the full coalition (size n)."""
+    num_blocks, block = _prefix_blocks(n)
+    sizes = np.minimum(np.arange(1, num_blocks * block + 1, dtype=np.int32), n)
+    return sizes.reshape(num_blocks, block)
+
+
+def _ends_sizes(n: int) -> np.ndarray:
+    """`_block_sizes(n)` for the iteration that scores the empty and the full coalition: the
+    first block's first two prefixes have sizes 0 and n (the rest is padding, size n)."""
+    sizes = np.full_like(_block_sizes(n), n)
+    sizes[0, 0] = 0
+    return sizes
+
+
 def _prefix_values(score, ranks):
     """`[U, n - 1]`: the mean score over worlds of the interior prefixes of U orders
     (prefix k fixes the steps of rank < k), scored block by block (`_prefix_blocks`), and
     the min and max score seen (padding included)."""
     units, n = ranks.shape
-    num_blocks, block = _prefix_blocks(n)
-    sizes = jnp.arange(1, num_blocks * block + 1, dtype=jnp.int32)
-    sizes = jnp.minimum(sizes, n).reshape(num_blocks, block)  # padding: the full coalition
+    sizes = jnp.asarray(_block_sizes(n))
+    num_blocks, block = sizes.shape
 
     def one_block(sizes_b):
         masks = ranks[:, None, :] < sizes_b[None, :, None]  # [U, block, n]
@@ -190,13 +210,47 @@ def _prefix_values(score, ranks):
     return values[:, : n - 1], low, high
 
 
-def _samples(score, ranks, empty, full, antithetic: bool):
+def _counted_prefix_values(score, ranks, sizes, count):
+    """`_prefix_values` with the block sizes given (`[blocks, block]`, traced) and only the
+    first `count` blocks scored (a traced count; the others' values are left at 0): a loop
+    whose length is data, so that the same traced pipeline also scores the empty and the
+    full coalition (`_ends_sizes`, one block). Returns the values of every scored prefix,
+    padding included (`[U, blocks * block]`), and the min and max score seen."""
+    units, n = ranks.shape
+    num_blocks, block = sizes.shape
+    dtype = jnp.result_type(float)
+
+    def body(b, carry):
+        values, low, high = carry
+        masks = ranks[:, None, :] < sizes[b][None, :, None]  # [U, block, n]
+        scored, lo, hi = score(masks.reshape(-1, n))
+        values = jax.lax.dynamic_update_index_in_dim(
+            values, scored.reshape(units, block).astype(dtype), b, axis=0
+        )
+        return values, jnp.minimum(low, lo), jnp.maximum(high, hi)
+
+    init = (
+        jnp.zeros((num_blocks, units, block), dtype),
+        jnp.asarray(jnp.inf, dtype),
+        jnp.asarray(-jnp.inf, dtype),
+    )
+    values, low, high = jax.lax.fori_loop(0, count, body, init)
+    return jnp.moveaxis(values, 0, 1).reshape(units, num_blocks * block), low, high
+
+
+def _samples(score, ranks, empty, full, antithetic: bool, counted=None):
     """One marginal vector per sample: `[B, n]` (the pair mean when antithetic), and the
-    min and max score seen."""
+    min and max score seen. With `counted = (sizes, count)` the prefixes are scored by
+    `_counted_prefix_values` and the values of the first two prefixes of the first order
+    are returned too (the empty and full coalition when `sizes` is `_ends_sizes`)."""
     num, n = ranks.shape
     if antithetic:
         ranks = jnp.concatenate([ranks, (n - 1) - ranks], axis=0)
-    values, low, high = _prefix_values(score, ranks)
+    if counted is None:
+        values, low, high = _prefix_values(score, ranks)
+    else:
+        scored, low, high = _counted_prefix_values(score, ranks, *counted)
+        values = scored[:, : n - 1]
     dtype = values.dtype
     column = jnp.ones((ranks.shape[0], 1), dtype)
     prefix = jnp.concatenate(
@@ -207,7 +261,9 @@ def _samples(score, ranks, empty, full, antithetic: bool):
     marginals = after - before  # [U B, n]
     if antithetic:
         marginals = 0.5 * (marginals[:num] + marginals[num:])
-    return marginals, low, high
+    if counted is None:
+        return marginals, low, high
+    return marginals, low, high, scored[0, :2]
 
 
 def _ends(score, n: int):
@@ -304,6 +360,14 @@ def mc_shapley_fixed(
 # each and the loop needs fewer iterations; the same compiled function serves every checkpoint.
 # --------------------------------------------------------------------------------------
 
+def _ends_in_loop(n: int) -> bool:
+    """Whether `mc_shapley` scores the empty and the full coalition inside its loop, as the
+    first iteration of each run (one block of prefixes per lane, `scored_prefixes(n) //
+    blocks` evaluations per lane and world), rather than in a separate batch of two per
+    failure slot: when an order's prefixes take more than one block (n > 9)."""
+    return _prefix_blocks(n)[0] > 1
+
+
 _TARGET_LANES = 16384  # coalition evaluations per loop iteration (all lanes together)
 _MIN_SLOTS = 32  # failure slots of the smallest compiled call
 
@@ -326,10 +390,20 @@ def _advance_function(game: Game, antithetic: bool, lanes: int):
     per iteration. As failures stop, the survivors get more lanes each and the loop needs
     fewer iterations: one compiled function serves every number of active failures, and the
     loop runs as long as the samples need, not longer. On the first call (`t_start == 0`)
-    it also scores the empty and the full coalition of every slot.
+    it also scores the empty and the full coalition of every slot: in a first iteration of
+    the loop (iteration -1, one block of prefixes per lane) when `_ends_in_loop(n)`,
+    otherwise in a separate batch of two coalitions per slot.
     """
     pipeline, structure, players, fixes, mode, _ = game
     n = len(players)
+    # With more than one block of prefixes per order (n > 9) the empty and the full
+    # coalition are scored by the loop itself, in a first iteration of one block
+    # (`_ends_sizes`): the compiled program then holds one traced copy of the pipeline, not
+    # two, which halves its compile time. With one block, a separate batch of two
+    # coalitions per slot costs less than that iteration would.
+    in_loop = _ends_in_loop(n)
+    sizes = jnp.asarray(_block_sizes(n))
+    ends_sizes = jnp.asarray(_ends_sizes(n))
 
     def advance(cases, worlds, ids, key, empty, full, shift, num_active, t_start, t_end):
         note_trace("mc.advance")
@@ -338,6 +412,7 @@ def _advance_function(game: Game, antithetic: bool, lanes: int):
         # each call (a few hashes per slot), so nothing but the sums goes back and forth.
         noises = jax.vmap(jax.vmap(lambda w: world_noise(structure, w)))(worlds)
         seeds = jax.vmap(lambda f: order_seed(jr.fold_in(key, f)))(ids)
+        inf = jnp.full((num_slots,), jnp.inf, empty.dtype)
 
         def score_ends(_):
             def one(case, world, noise):
@@ -348,10 +423,18 @@ def _advance_function(game: Game, antithetic: bool, lanes: int):
             return jax.vmap(one)(cases, worlds, noises)
 
         def given_ends(_):
-            inf = jnp.full((num_slots,), jnp.inf, empty.dtype)
             return empty, full, inf, -inf
 
-        empty, full, end_low, end_high = jax.lax.cond(t_start == 0, score_ends, given_ends, None)
+        if in_loop:
+            end_low, end_high = inf, -inf
+            first = jnp.where(t_start == 0, -1, 0)  # iteration -1 scores the ends
+        else:
+            empty, full, end_low, end_high = jax.lax.cond(
+                t_start == 0, score_ends, given_ends, None
+            )
+            first = jnp.int32(0)
+        if lanes < num_slots:  # every slot needs a lane for its ends
+            raise ValueError(f"{lanes} lanes cannot serve {num_slots} failure slots")
         lane = jnp.arange(lanes, dtype=jnp.int32)
         slot = lane % num_active
         per_slot = lanes // num_active
@@ -361,18 +444,35 @@ def _advance_function(game: Game, antithetic: bool, lanes: int):
         take = lambda x: x[slot]  # noqa: E731
         lane_cases = jax.tree_util.tree_map(take, cases)
         lane_worlds = jax.tree_util.tree_map(take, worlds)
-        lane_args = (lane_cases, lane_worlds, noises[slot], seeds[slot], empty[slot], full[slot])
+        lane_args = (lane_cases, lane_worlds, noises[slot], seeds[slot])
 
-        def per_lane(case, world, noise, seed, empty_f, full_f, unit):
+        def per_lane(case, world, noise, seed, empty_f, full_f, unit, counted):
             score = _scorer(pipeline, structure, case, world, noise, players, fixes, mode)
-            x, low, high = _samples(score, _ranks(seed, unit[None], n), empty_f, full_f, antithetic)
-            return x[0], low, high
+            ranks = _ranks(seed, unit[None], n)
+            if counted is None:
+                x, low, high = _samples(score, ranks, empty_f, full_f, antithetic)
+                return x[0], low, high, jnp.zeros((2,), x.dtype)
+            x, low, high, ends = _samples(score, ranks, empty_f, full_f, antithetic, counted)
+            return x[0], low, high, ends
 
         def body(i, carry):
-            s1, c1, s2, c2, low, high = carry
-            unit = t_start + i * per_slot + offset
-            valid = (used & (unit < t_end))[:, None]
-            x, lo, hi = jax.vmap(per_lane)(*lane_args, unit)  # [lanes, n]
+            s1, c1, s2, c2, low, high, empty, full = carry
+            scoring_ends = i < 0
+            unit = t_start + jnp.maximum(i, 0) * per_slot + offset
+            valid = (used & (unit < t_end) & ~scoring_ends)[:, None]
+            counted = None
+            if in_loop:
+                counted = (
+                    jnp.where(scoring_ends, ends_sizes, sizes),
+                    jnp.where(scoring_ends, 1, sizes.shape[0]),
+                )
+            x, lo, hi, ends = jax.vmap(per_lane, in_axes=(0,) * 7 + (None,))(
+                *lane_args, empty[slot], full[slot], unit, counted
+            )  # x: [lanes, n]
+            # Lane l < num_active is slot l's first lane (the slots after those are
+            # padding, whose ends are never read).
+            empty = jnp.where(scoring_ends, ends[:num_slots, 0], empty)
+            full = jnp.where(scoring_ends, ends[:num_slots, 1], full)
             zero = jnp.zeros((), x.dtype)
             sums = jax.ops.segment_sum(jnp.where(valid, x, zero), slot, num_segments=num_slots)
             centred = x - shift[slot].astype(x.dtype)
@@ -380,11 +480,14 @@ def _advance_function(game: Game, antithetic: bool, lanes: int):
             squares = jax.ops.segment_sum(squares, slot, num_segments=num_slots)
             s1, c1 = _kahan(s1, c1, sums)
             s2, c2 = _kahan(s2, c2, squares)
-            return s1, c1, s2, c2, jnp.minimum(low, lo.min()), jnp.maximum(high, hi.max())
+            low, high = jnp.minimum(low, lo.min()), jnp.maximum(high, hi.max())
+            return s1, c1, s2, c2, low, high, empty, full
 
         zeros = jnp.zeros((num_slots, n), empty.dtype)
-        init = (zeros, zeros, zeros, zeros, end_low.min(), end_high.max())
-        s1, _, s2, _, low, high = jax.lax.fori_loop(0, num_iterations, body, init)
+        init = (zeros, zeros, zeros, zeros, end_low.min(), end_high.max(), empty, full)
+        s1, _, s2, _, low, high, empty, full = jax.lax.fori_loop(
+            first, num_iterations, body, init
+        )
         return s1, s2, low, high, num_iterations, empty, full
 
     return jax.jit(advance)
@@ -762,7 +865,7 @@ def _mc_step(settings: MCSettings, advance, state: MCState, cases, worlds, k: in
         if t_prev == 0:  # the first call also scored the empty and full coalitions
             empty[part] = np.asarray(ends_empty)[positions]
             full[part] = np.asarray(ends_full)[positions]
-            computed += len(index) * settings.fixed_cost
+            computed += _ends_computed(settings, len(index))
         s1 = np.asarray(s1, np.float64)[positions]
         s2 = np.asarray(s2, np.float64)[positions]
         lows.append(float(np.min(lo)))  # one per device when split
@@ -808,6 +911,16 @@ def _mc_step(settings: MCSettings, advance, state: MCState, cases, worlds, k: in
     state.checkpoint[active] = k
     active = active[~(fired | (k == len(settings.schedule)))]
     return state._replace(active=active, t_prev=t_k, computed=computed)
+
+
+def _ends_computed(settings: MCSettings, num_slots: int) -> int:
+    """The evaluations a first call runs to score the empty and the full coalition: one
+    block of prefixes in every lane of every device (`_ends_in_loop`), or 2 W per slot."""
+    n = settings.game.num_players
+    if _ends_in_loop(n):
+        per_lane = settings.unit_computed // _prefix_blocks(n)[0]
+        return settings.devices * settings.num_lanes * per_lane
+    return num_slots * settings.fixed_cost
 
 
 def _packed(active, num_slots: int, num_devices: int = 1):
