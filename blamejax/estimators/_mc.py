@@ -28,8 +28,9 @@ compile time and memory grow with the pipeline (linearly in n), not with the num
 prefixes times n. When an order takes more than one block (n > 9), the empty and the full
 coalition are scored by the same loop, in a first iteration of one block
 (`_ends_in_loop`), so the pipeline is traced once, not twice: half the program to compile.
-Compile time then grows with the number of steps, about two compiled kernels per step
-(the choice's gather and its table's argmax), each compiled on its own.
+Compile time then grows with the number of steps: XLA compiles a few kernels per step
+(the choice's gather, its table's argmax, the check for a row with no valid option), each
+on its own.
 
 **The driver** (`mc_shapley`) is a host loop over checkpoints fixed in advance
 (`blamejax.stats.checkpoints`), written as `_mc_init` / `_mc_step` / `_mc_finish` over an
