@@ -9,11 +9,14 @@ given by `--noise`) and then a second, identical call. Three kinds of process:
 - `cold`: the cache on, in an empty folder (compiles, and writes the programs);
 - `warm`: the cache on, in the folder the cold process filled (loads the programs).
 
+With `--programs` it also lists every program the first call traced (its name, trace,
+lowering and compile or cache-load seconds), cold and warm: what the first answer spends.
+
 All three must return the same blame (the script checks it bit for bit) and it prints the
 first-call times and their ratio to the second call. The target (the scale issue): at most
 5 s cold and 1 s warm on a quiet 2-core machine.
 
-    python benchmarks/bench_first_call.py [--noise recorded] [--repeats 3]
+    python benchmarks/bench_first_call.py [--noise recorded] [--repeats 3] [--programs]
 """
 
 from __future__ import annotations
@@ -35,6 +38,15 @@ imported = time.perf_counter() - start
 if sys.argv[1] != "off":
     bj.enable_compile_cache(sys.argv[2])
 
+programs = []  # [name, trace s, lower s, compile or cache-load s] of every program of the first call
+def listen(event, seconds, fun_name="?", **_):
+    column = {"jaxpr_trace_duration": 1, "jaxpr_to_mlir_module_duration": 2, "backend_compile_duration": 3}
+    column = column.get(event.rsplit("/", 1)[-1])
+    if column == 1:
+        programs.append([fun_name, seconds, 0.0, 0.0])
+    elif column and programs:
+        programs[-1][column] += seconds
+
 def pipeline(ctx, case):
     query = ctx.choose("rewrite", case["rewrite"])                        # [V, K]
     docs = ctx.choose("retrieve", case["retrieve"], given=query)          # [V, K, K]
@@ -51,16 +63,20 @@ def cases(num, k=3, seed=0):
                 correct=jnp.asarray(rng.random((num, k)) < 0.6, jnp.float32))
 
 data = cases(200)
+jax.block_until_ready(data)
 out = {"import_s": imported}
+jax.monitoring.register_event_duration_secs_listener(listen)
 for noise in sys.argv[3].split(","):
     times, values = [], None
-    for _ in range(2):
+    for call in range(2):
         tick = time.perf_counter()
         result = bj.blame_batch(pipeline, data, 0, noise=noise, num_worlds=4)
         jax.block_until_ready(result.shapley)
         times.append(time.perf_counter() - tick)
         values = np.asarray(result.shapley).tolist()
-    out[noise] = {"first_s": times[0], "second_s": times[1], "shapley": values}
+        if call == 0:
+            first_programs, programs = programs, []
+    out[noise] = {"first_s": times[0], "second_s": times[1], "shapley": values, "programs": first_programs}
 print(json.dumps(out))
 """
 
@@ -80,11 +96,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--noise", default="recorded", help="comma-separated noise modes (default recorded)")
     parser.add_argument("--repeats", type=int, default=3, help="cold/warm pairs (default 3)")
+    parser.add_argument(
+        "--programs", action="store_true",
+        help="also print, for the first repeat, every program the first call traced: trace, lowering, "
+        "and compile (or persistent-cache load) seconds, cold and warm",
+    )
     args = parser.parse_args()
     modes = args.noise.split(",")
     print(f"load average at start: {os.getloadavg()[0]:.2f} (2 cores; above ~1 the times are disturbed)")
     rows = []
     reference = None
+    tables = {}
     for repeat in range(args.repeats):
         with tempfile.TemporaryDirectory() as folder:
             for kind in ("off", "cold", "warm"):
@@ -97,12 +119,24 @@ def main() -> int:
                     if out[noise]["shapley"] != reference[noise]:
                         raise SystemExit(f"{kind} ({noise}): the blame differs from the first process")
                     rows.append((repeat, kind, noise, out["import_s"], out[noise]["first_s"], out[noise]["second_s"], wall))
+                    if repeat == 0:
+                        tables[(kind, noise)] = out[noise]["programs"]
     print("\n| repeat | cache | noise | import | first call | second call | first / second | process wall |")
     print("|---|---|---|---|---|---|---|---|")
     for repeat, kind, noise, imported, first, second, wall in rows:
         print(f"| {repeat} | {kind} | {noise} | {imported:.2f} s | {first:.2f} s | {second * 1e3:.1f} ms | "
               f"{first / second:.0f}x | {wall:.1f} s |")
     print("\nEvery process returned the same blame, bit for bit.")
+    if args.programs:
+        for (kind, noise), programs in tables.items():
+            if kind == "off":
+                continue
+            print(f"\nrepeat 0, cache {kind}, noise {noise}: every program the first call traced")
+            print("| program | trace | lower | compile (cold) or load (warm) |\n|---|---|---|---|")
+            for name, trace, lower, compile_s in programs:
+                print(f"| {name} | {trace:.3f} s | {lower:.3f} s | {compile_s:.3f} s |")
+            sums = [sum(p[i] for p in programs) for i in (1, 2, 3)]
+            print(f"| total ({sum(1 for p in programs if p[3] > 0)} compiled) | {sums[0]:.3f} s | {sums[1]:.3f} s | {sums[2]:.3f} s |")
     print(f"load average at end: {os.getloadavg()[0]:.2f}")
     for kind, target in (("cold", 5.0), ("warm", 1.0)):
         firsts = [r[4] for r in rows if r[1] == kind]
