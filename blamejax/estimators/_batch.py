@@ -622,9 +622,9 @@ def _coalition_tables(settings: BatchSettings, front: BatchFront, state: BatchSt
     """Every coalition's score in every world (`[A, W, 2^n]`, as float64) and every site's
     output in each failure's own world (`[A, 2^n, sites]`: recorded noise, or the observed
     path when `observed` is given) of the analysed failures."""
-    rows = jnp.arange(analysed.size, dtype=jnp.int32)
+    rows = np.arange(analysed.size, dtype=np.int32)
     cases, worlds = take_rows((state.cases, state.worlds), rows)
-    own = take_rows(front.recorded, jnp.asarray(analysed, jnp.int32))  # as it happened
+    own = take_rows(front.recorded, np.asarray(analysed, np.int32))  # as it happened
     scores, choices = _coalition_function(settings.game)(cases, worlds, own)
     num_f, num_w = worlds.key.shape
     size = 1 << settings.game.num_players
