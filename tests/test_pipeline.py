@@ -78,6 +78,26 @@ def _unreached_runner(mode):
     return jax.jit(jax.vmap(jax.vmap(one_world, in_axes=(None, 0))))
 
 
+def test_exact_blame_redoes_a_pass_flagged_by_an_unreached_row():
+    """exact_blame first checks the table rows once per world, so an all -inf row that no run
+    reaches makes its world's coalitions NaN there; it then redoes the call with the check
+    per run, which gives exactly the values of the same cases with that row finite."""
+    num_cases, worlds = 6, bj.fresh_worlds(0, 6, 3)
+    finite = bj.exact_blame(two_step, _unreached_cases(np.random.default_rng(3), num_cases, "finite"), worlds)
+    cases = _unreached_cases(np.random.default_rng(3), num_cases, "all -inf")
+    result = bj.exact_blame(two_step, cases, worlds)
+    for name in ("shapley", "banzhaf", "empty", "full", "last_step"):
+        np.testing.assert_array_equal(getattr(result, name), getattr(finite, name), err_msg=name)
+    assert np.isfinite(np.asarray(result.shapley)).all()
+    # the quick check alone flags every coalition of every world: the second pass is needed
+    structure = bj.discover(two_step, first(cases))
+    world = jax.tree_util.tree_map(lambda x: x[0, 0], worlds)
+    quick = bj.coalitions.coalition_values(
+        two_step, structure, first(cases), world, _UNREACHED_PLAYERS, _UNREACHED_FIXES, rows_per_world=True
+    )
+    assert np.isnan(np.asarray(quick)).all()
+
+
 @pytest.mark.parametrize("mode", [bj.Hard(), bj.Relaxed(tau=0.5)], ids=["hard", "relaxed"])
 def test_neg_inf_in_unreached_row_changes_nothing(mode):
     """Option 2 of step `a` is impossible, so row 2 of `b`'s table is never reached (in

@@ -44,6 +44,7 @@ def coalition_values(
     fix_variants: Sequence[int],
     mode=Hard(),
     noise=None,
+    rows_per_world=False,
 ) -> Float[Array, " coalitions"]:
     """The score of every coalition of `players` for one case and one world.
 
@@ -54,6 +55,8 @@ def coalition_values(
     depend on no bit, run once (prefix sharing).
 
     `noise` is the world's site noise if the caller already computed it (`world_noise`).
+    `rows_per_world`: a table row with no valid option makes every coalition of the world
+    NaN, reached or not (a check made once per world instead of per coalition; see `Context`).
 
     **Returns:** `Float[Array, "2**n"]`, `v[m]`.
     """
@@ -70,7 +73,7 @@ def coalition_values(
         for p, bit in zip(players, bits):
             step_bits[p] = bit
         plan = coalition_plan(structure, step_bits, fixes)
-        return run_score(pipeline, structure, case, world, plan, mode, noise)
+        return run_score(pipeline, structure, case, world, plan, mode, noise, rows_per_world)
 
     batched = score
     for j in range(n):

@@ -102,9 +102,9 @@ def _bucket(count: int, chunk: int) -> int:
 
 
 @compiled("exact.chunk")
-def _chunk_function(game: Game, interactions: bool, world_group: int):
+def _chunk_function(game: Game, interactions: bool, world_group: int, rows_per_world: bool):
     """The compiled call that blames one chunk of failures (cached per game and settings;
-    traced once per chunk shape)."""
+    traced once per chunk shape). `rows_per_world`: see `exact_run`."""
     pipeline, structure, players, fixes, mode, _ = game
     bits = np.array([1 << j for j in range(len(players))])
 
@@ -112,7 +112,7 @@ def _chunk_function(game: Game, interactions: bool, world_group: int):
         # The world's noise is computed once and shared by the coalition table and the
         # last-step baseline.
         noise = world_noise(structure, world)
-        v = coalition_values(pipeline, structure, case, world, players, fixes, mode, noise)
+        v = coalition_values(pipeline, structure, case, world, players, fixes, mode, noise, rows_per_world)
         last = last_step_blame(pipeline, structure, case, world, players, fixes, mode, noise)
         return (v,) + _min_max(v) + (jnp.asarray(last, jnp.int32),)
 
@@ -281,13 +281,25 @@ def exact_run(
     case_ids=None,
     interruptible=False,
     fixed_shape=False,
+    rows_per_world=True,
 ):
     """`exact_blame` of a checked `game`, and (for `blame_batch`) with `threshold` given, the
     share of worlds in which fixing each player alone reaches it, `[F, n]`, from the same
     coalition tables. `interruptible`: wait for each chunk and stop with `KeyboardInterrupt`
     after the chunk during which a Ctrl-C came (inside `defers_interrupts`). `fixed_shape`: the
     caller already gives every call the same number of failures (`blame_batch`'s blocks), so a
-    chunk is not padded up to a bucket (no copy before the call, no join after it)."""
+    chunk is not padded up to a bucket (no copy before the call, no join after it).
+
+    A draw from a row with no valid option makes a run's score NaN. Checking each run's
+    rows costs the coalition tables about half their speed, so the first pass checks every
+    table row once per world instead (`rows_per_world`): a world with such a row anywhere
+    scores NaN in every coalition. Only if a NaN appears is the call made again with the
+    per-run check, which tells a row that some coalition reaches (an error) from one that
+    none does (no effect). Without such rows both passes compute the same values."""
+    again = dict(
+        interactions=interactions, max_steps=max_steps, chunk_size=chunk_size, devices=devices,
+        threshold=threshold, case_ids=case_ids, interruptible=interruptible, fixed_shape=fixed_shape,
+    )
     num_failures = leading_size(cases)
     structure = game.structure
     # On the device once (a no-op for JAX arrays), and sliced there.
@@ -313,7 +325,7 @@ def exact_run(
         chunk_size = 1 << (chunk_size.bit_length() - 1)
     elif not isinstance(chunk_size, int) or chunk_size < 1 or chunk_size & (chunk_size - 1):
         raise ValueError(f"`chunk_size` must be a positive power of two, got {chunk_size!r}")
-    function = _chunk_function(game, interactions, world_group)
+    function = _chunk_function(game, interactions, world_group, rows_per_world)
     sharding = failure_sharding(devices)
     width = num_shards(sharding)
     chunk_size = max(chunk_size, width)
@@ -349,6 +361,8 @@ def exact_run(
     # v(empty) or v(all) NaN: tested on the results, which is reliable where min/max are not.
     nan = np.isnan(np.asarray(attribution.shapley)).any(axis=1)
     nan |= np.isnan(np.asarray(attribution.empty)) | np.isnan(np.asarray(attribution.full))
+    if rows_per_world and nan.any():  # a row without a valid option, maybe never reached
+        return exact_run(game, cases, worlds, rows_per_world=False, **again)
     check_scores_in_range(
         stats[:, 0].min(),
         stats[:, 1].max(),

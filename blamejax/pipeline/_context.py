@@ -195,8 +195,13 @@ def check_choose_args(step, logits, given, slot):
 class Context:
     """The `ctx` a pipeline receives. Built by the engine; users only call its methods."""
 
-    def __init__(self, structure, plan: Plan, world: World, mode=Hard(), record=None, noise=None):
+    def __init__(self, structure, plan: Plan, world: World, mode=Hard(), record=None, noise=None, rows_per_world=False):
         self.structure = structure
+        # `rows_per_world`: a tabulated step's table with a row that has no valid option
+        # invalidates the run whether or not the run reaches that row. The check is then made
+        # once per world, not once per coalition (`exact_run`'s first pass, redone with the
+        # per-run check when it finds such a row).
+        self.rows_per_world = rows_per_world
         self.plan = plan
         self.world = world
         self.mode = mode
@@ -255,12 +260,12 @@ class Context:
             # computed once per world instead of once per coalition (the same choice, bit
             # for bit).
             if tabulated or logits.shape[0] <= 2:
-                index = _tabulated_hard(logits, noise, variant, parents, step)
+                index, invalid = _tabulated_hard(logits, noise, variant, parents, step, self.rows_per_world)
             else:
                 index = _free_hard_step(logits, noise, variant, step)
+                invalid = index < 0  # a row with no valid option (see `hard_argmax`)
+                index = jnp.maximum(index, 0)
             probs = None
-            invalid = index < 0  # a row with no valid option (see `hard_argmax`)
-            index = jnp.maximum(index, 0)
         else:
             probs = _relaxed_probs(logits, noise, variant, parents, self.mode)
             index = jnp.argmax(probs).astype(jnp.int32)
@@ -360,14 +365,21 @@ def _hard_argmax_jvp(step, primals, tangents):
     raise ValueError(_HARD_GRADIENT_MESSAGE.format(step=step))
 
 
-def _tabulated_hard(logits, noise, variant, parents, step="?"):
-    # The argmax over every [variant, parent] row depends only on the world, so under
-    # the coalition vmaps it is computed once per world; the run itself is a 1-D gather.
+def _tabulated_hard(logits, noise, variant, parents, step="?", rows_per_world=False):
+    """The choice and whether it had no valid option (-1 rows of `hard_argmax`). The argmax
+    over every [variant, parent] row depends only on the world, so under the coalition vmaps
+    it is computed once per world; the run itself is a 1-D gather. With `rows_per_world`,
+    so is the check: any row without a valid option invalidates the run."""
     best = hard_argmax(logits, noise, step)  # [V, *K_parents]
+    if rows_per_world:
+        invalid, best = jnp.any(best < 0), jnp.maximum(best, 0)
     flat = jnp.asarray(variant, jnp.int32)
     for axis, parent in enumerate(parents):
         flat = flat * logits.shape[1 + axis] + parent.index
-    return _gather_choice(best, flat)
+    index = _gather_choice(best, flat)
+    if rows_per_world:
+        return index, invalid
+    return jnp.maximum(index, 0), index < 0
 
 
 def _lift(noise, logits):

@@ -15,10 +15,14 @@ from ._context import Context, Hard, Plan, World, factual_plan, world_noise
 from ._structure import Structure
 
 
-def run_score(pipeline: Callable, structure: Structure, case, world: World, plan: Plan, mode=Hard(), noise=None):
+def run_score(
+    pipeline: Callable, structure: Structure, case, world: World, plan: Plan, mode=Hard(), noise=None,
+    rows_per_world=False,
+):
     """The score of one run: one case, one world, one plan. Returns a float scalar.
-    `noise` is the world's site noise if already computed (see `world_noise`)."""
-    ctx = Context(structure, plan, world, mode, noise=noise)
+    `noise` is the world's site noise if already computed (see `world_noise`);
+    `rows_per_world`, see `Context`."""
+    ctx = Context(structure, plan, world, mode, noise=noise, rows_per_world=rows_per_world)
     return _score(ctx, pipeline(ctx, case))
 
 
