@@ -55,6 +55,8 @@ def slow_batch(path=None, **kwargs):
 
 
 CHILD = f"""
+import signal
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
 import sys
 sys.path.insert(0, {HERE!r})
 import test_checkpoint as t
@@ -62,6 +64,16 @@ print("ready", flush=True)
 t.slow_batch(sys.argv[1])
 print("finished", flush=True)
 """
+
+
+@pytest.fixture(autouse=True)
+def sigint_is_ctrl_c():
+    """SIGINT handled as Python's default (KeyboardInterrupt) during each test: a process
+    started in the background by a shell inherits SIGINT ignored, and a library must leave
+    an ignored SIGINT alone, so these tests would see no Ctrl-C there."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 def assert_same_result(a, b):

@@ -17,6 +17,16 @@ import pytest
 import blamejax as bj
 
 
+@pytest.fixture(autouse=True)
+def sigint_is_ctrl_c():
+    """SIGINT handled as Python's default (KeyboardInterrupt) during each test: a process
+    started in the background by a shell inherits SIGINT ignored, and a library must leave
+    an ignored SIGINT alone, so these tests would see no Ctrl-C there."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 def _failures():
     """Six failures of the refund demo, each with its recorded world."""
     cases = bj.demos.refund_cases(40)
@@ -83,6 +93,8 @@ def test_mc_shapley_keeps_the_estimates_of_the_checkpoint_a_ctrl_c_came_in(monke
 
 
 CHILD = """
+import signal
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
 import sys
 import blamejax as bj
 cases = bj.demos.agent8_cases(16)
