@@ -1,4 +1,5 @@
 import os
+import signal
 
 import jax
 import pytest
@@ -10,6 +11,16 @@ os.environ["BLAMEJAX_COMPILE_CACHE"] = "off"
 # Strict dtype and rank promotion, as equinox tests do: implicit promotion hides bugs.
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_numpy_rank_promotion", "raise")
+
+
+@pytest.fixture
+def sigint_is_ctrl_c():
+    """SIGINT handled as Python's default (KeyboardInterrupt) during a test: a process
+    started in the background by a shell inherits SIGINT ignored, and the library leaves an
+    ignored SIGINT alone, so Ctrl-C tests would see no Ctrl-C there."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 @pytest.fixture

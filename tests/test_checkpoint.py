@@ -66,14 +66,7 @@ print("finished", flush=True)
 """
 
 
-@pytest.fixture(autouse=True)
-def sigint_is_ctrl_c():
-    """SIGINT handled as Python's default (KeyboardInterrupt) during each test: a process
-    started in the background by a shell inherits SIGINT ignored, and a library must leave
-    an ignored SIGINT alone, so these tests would see no Ctrl-C there."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, previous)
+pytestmark = pytest.mark.usefixtures("sigint_is_ctrl_c")  # Ctrl-C tests: see conftest.py
 
 
 def assert_same_result(a, b):

@@ -16,25 +16,16 @@ import pytest
 
 import blamejax as bj
 
-
-@pytest.fixture(autouse=True)
-def sigint_is_ctrl_c():
-    """SIGINT handled as Python's default (KeyboardInterrupt) during each test: a process
-    started in the background by a shell inherits SIGINT ignored, and a library must leave
-    an ignored SIGINT alone, so these tests would see no Ctrl-C there."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, previous)
+pytestmark = pytest.mark.usefixtures("sigint_is_ctrl_c")  # Ctrl-C tests: see conftest.py
 
 
-def _failures():
+@pytest.fixture(scope="module")
+def failures():
     """Six failures of the refund demo, each with its recorded world."""
     cases = bj.demos.refund_cases(40)
     ids = np.sort(np.asarray(bj.blame_batch(bj.demos.refund_pipeline, cases, 0).failure_ids))[:6]
     return {name: value[ids] for name, value in cases.items()}, bj.recorded_worlds(0, ids)
 
-
-CASES, WORLDS = _failures()
 
 
 def _exact_module():
@@ -45,7 +36,8 @@ def _mc_module():
     return sys.modules[bj.mc_shapley.__module__]
 
 
-def test_exact_blame_stops_after_the_chunk_a_ctrl_c_came_in(monkeypatch, capsys):
+def test_exact_blame_stops_after_the_chunk_a_ctrl_c_came_in(monkeypatch, capsys, failures):
+    cases, worlds = failures
     module, calls = _exact_module(), []
     real = module.to_local
 
@@ -57,18 +49,19 @@ def test_exact_blame_stops_after_the_chunk_a_ctrl_c_came_in(monkeypatch, capsys)
 
     monkeypatch.setattr(module, "to_local", to_local)
     with pytest.raises(KeyboardInterrupt, match=r"after 4 of 6 failures; nothing was kept: .*checkpoint=PATH"):
-        bj.exact_blame(bj.demos.refund_pipeline, CASES, WORLDS, chunk_size=2)
+        bj.exact_blame(bj.demos.refund_pipeline, cases, worlds, chunk_size=2)
     assert len(calls) == 2  # the third chunk never ran
     assert "exact_blame: Ctrl-C received; stopping after the current chunk" in capsys.readouterr().err
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
     monkeypatch.undo()  # and the next call runs to the end
-    assert bj.exact_blame(bj.demos.refund_pipeline, CASES, WORLDS, chunk_size=2).shapley.shape == (6, 4)
+    assert bj.exact_blame(bj.demos.refund_pipeline, cases, worlds, chunk_size=2).shapley.shape == (6, 4)
 
 
-def test_mc_shapley_keeps_the_estimates_of_the_checkpoint_a_ctrl_c_came_in(monkeypatch, capsys):
+def test_mc_shapley_keeps_the_estimates_of_the_checkpoint_a_ctrl_c_came_in(monkeypatch, capsys, failures):
+    cases, worlds = failures
     # a rule that never fires: every failure runs through every checkpoint
     kwargs = dict(key=1, max_evaluations=20_000, stop="width", epsilon=1e-9, t1=4, gamma=2.0, history=True)
-    full = bj.mc_shapley(bj.demos.refund_pipeline, CASES, WORLDS, **kwargs)
+    full = bj.mc_shapley(bj.demos.refund_pipeline, cases, worlds, **kwargs)
     module = _mc_module()
     real, steps = module._mc_step, []
 
@@ -80,7 +73,7 @@ def test_mc_shapley_keeps_the_estimates_of_the_checkpoint_a_ctrl_c_came_in(monke
 
     monkeypatch.setattr(module, "_mc_step", step)
     with pytest.raises(KeyboardInterrupt, match=r"at checkpoint 2 of \d+; the estimates so far") as stop:
-        bj.mc_shapley(bj.demos.refund_pipeline, CASES, WORLDS, **kwargs)
+        bj.mc_shapley(bj.demos.refund_pipeline, cases, worlds, **kwargs)
     assert len(steps) == 2
     assert "mc_shapley: Ctrl-C received" in capsys.readouterr().err
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
