@@ -26,13 +26,15 @@ def test_no_recompiles_across_batch_sizes(getkey):
 
 
 def test_clear_caches_forgets_compiled_functions(getkey):
-    """`bj.clear_caches()` empties the one compile cache: the next call traces again."""
-    cases = random_chain_cases(getkey(), 3, num_cases=4, num_options=3)
-    bj.exact_blame(chain_pipeline, cases, bj.fresh_worlds(0, 4, 2))
+    """`bj.clear_caches()` empties the one compile cache: the next call traces again. (20 cases
+    of the shapes test_no_recompiles_across_batch_sizes uses, so that the first call here can
+    reuse what that test compiled instead of compiling a program of its own.)"""
+    cases = random_chain_cases(getkey(), 3, num_cases=20, num_options=3)
+    bj.exact_blame(chain_pipeline, cases, bj.fresh_worlds(0, 20, 2))
     assert cache_size() > 0
     bj.clear_caches()
     assert cache_size() == 0 and trace_count("exact.chunk") == 0
-    bj.exact_blame(chain_pipeline, cases, bj.fresh_worlds(0, 4, 2))
+    bj.exact_blame(chain_pipeline, cases, bj.fresh_worlds(0, 20, 2))
     assert trace_count("exact.chunk") == 1
 
 
