@@ -198,3 +198,101 @@ def test_error_same_slot_twice():
 def test_error_bad_tau():
     with pytest.raises(ValueError, match="`tau` must be a positive scalar temperature, got 0.0"):
         bj.Relaxed(tau=0.0)
+
+
+# --------------------------------------------------------------------------------------
+# Deferred draws (`Context(defer=True)`, what Monte Carlo uses): the same integers as the
+# draws made one by one, for chains, DAGs, mixed and free-form pipelines
+# --------------------------------------------------------------------------------------
+
+
+def _mixed(ctx, case):
+    """A chain whose middle index is read by user code (a free-form step from it), and a
+    step nobody reads (its invalid row still counts)."""
+    t = case["tables"]
+    a = ctx.choose("s0", t[0])
+    b = ctx.choose("s1", t[1], given=a)
+    # reading b makes the chain so far; a free-form step computed from it
+    free = ctx.choose("free", t[2][:, b.index] + 0.5 * b.index.astype(t[2].dtype))
+    c = ctx.choose("s3", t[3], given=(a, free))  # parents made before this batch
+    ctx.choose("unread", t[1], given=c)
+    d = ctx.choose("s5", t[3], given=(c, b))
+    return d.take(case["score"]) + 0.1 * a.index.astype(case["score"].dtype)
+
+
+def _mixed_cases(key, num_cases, k=3):
+    keys = jr.split(key, 5)
+    tables = [
+        jr.normal(keys[0], (num_cases, 2, k)),
+        jr.normal(keys[1], (num_cases, 2, k, k)),
+        jr.normal(keys[2], (num_cases, 3, k, k)),
+        jr.normal(keys[3], (num_cases, 2, k, k, k)),
+    ]
+    return dict(tables=tables, score=jr.uniform(keys[4], (num_cases, k)))
+
+
+def _deferred_and_not(pipeline, cases, num_worlds=3):
+    """Every coalition's score in every world, with and without deferred draws, jitted."""
+    structure = bj.discover(pipeline, first(cases))
+    n = structure.num_steps
+    players, fixes = tuple(range(n)), tuple(1 for _ in range(n))
+    cube = jnp.asarray(((np.arange(1 << n)[:, None] >> np.arange(n)) & 1).astype(bool))
+
+    def scores(case, key, defer):
+        world = bj.World(key=key)
+        return bj.coalitions.mask_values(
+            pipeline, structure, case, world, players, fixes, cube, defer=defer
+        )
+
+    keys = jr.split(jr.key(3), num_worlds)
+    out = []
+    for defer in (False, True):
+        run = jax.jit(jax.vmap(jax.vmap(functools.partial(scores, defer=defer), in_axes=(None, 0)), in_axes=(0, None)))
+        out.append(np.asarray(run(cases, keys)))
+    return out
+
+
+@pytest.mark.parametrize("name", ["chain", "dag", "mixed", "neg_inf"])
+def test_deferred_draws_equal_draws_one_by_one(name):
+    from helpers import dag_pipeline, random_dag_cases
+
+    key = jr.key(11)
+    pipeline, cases = {
+        "chain": lambda: (chain_pipeline, random_chain_cases(key, 6, 4)),
+        "dag": lambda: (dag_pipeline, random_dag_cases(key, 4)),
+        "mixed": lambda: (_mixed, _mixed_cases(key, 4)),
+        "neg_inf": lambda: (chain_pipeline, random_chain_cases(key, 5, 4, neg_inf=0.4)),
+    }[name]()
+    eager, deferred = _deferred_and_not(pipeline, cases)
+    assert np.isfinite(eager).all() and np.ptp(eager) > 0
+    assert np.array_equal(eager, deferred)
+
+
+def test_deferred_draws_keep_a_row_without_options_invalid():
+    """A row with no valid option that some coalition reaches makes exactly those runs NaN,
+    deferred or not; an unread step's invalid draw counts too."""
+    cases = _mixed_cases(jr.key(5), 3)
+    unread = np.asarray(cases["tables"][1]).copy()
+    unread[:, :, 1, :] = -np.inf  # row 1 of every variant: reached only when s1 chose 1
+    cases["tables"][1] = jnp.asarray(unread)
+    eager, deferred = _deferred_and_not(_mixed, cases)
+    assert np.isnan(eager).any() and not np.isnan(eager).all()
+    assert np.array_equal(np.isnan(eager), np.isnan(deferred))
+    assert np.array_equal(eager, deferred, equal_nan=True)
+
+
+def test_deferred_registers_reuse_what_no_later_draw_reads():
+    from blamejax.pipeline._context import _registers
+
+    chain = np.array([[-1], [0], [1], [2], [3]])
+    source, target, count = _registers(chain)
+    assert count == 2  # one kept option and one scratch register, whatever the length
+    for k in range(1, 5):
+        assert source[k, 0] == target[k - 1]
+    # s3 reads s1 and s2 (made outside as 3 and 4): all kept until read
+    dag = np.array([[-1, -1], [0, -1], [0, -1], [1, 2], [5, 3]])
+    source, target, count = _registers(dag)
+    assert source[4, 0] == 0  # the index made before the batch sits in register 0
+    assert source[3, 0] == target[1] and source[3, 1] == target[2] and target[1] != target[2]
+    assert source[4, 1] == target[3]
+    assert target[4] == count - 1  # nobody reads the last draw: the scratch register

@@ -89,10 +89,18 @@ def mask_plan(structure: Structure, players: Sequence[int], fix_variants: Sequen
     player j runs fix `fix_variants[j]` where `mask[j]`, its factual variant otherwise."""
     bits = [None] * structure.num_steps
     fixes = [0] * structure.num_steps
+    # One conversion of the whole mask, then a slice per player; and the variants again as
+    # one array (`Plan.variants`), for a context that defers its draws.
+    mask = jnp.asarray(mask).astype(jnp.int32)
     for j, (p, f) in enumerate(zip(players, fix_variants)):
-        bits[p] = jnp.asarray(mask[j]).astype(jnp.int32)
+        bits[p] = mask[j]
         fixes[p] = f
-    return coalition_plan(structure, bits, fixes)
+    plan = coalition_plan(structure, bits, fixes)
+    chosen = mask * jnp.asarray(np.asarray(fix_variants, np.int32))
+    if list(players) == list(range(structure.num_steps)):  # every step a player, in order
+        return plan._replace(variants=chosen)
+    variants = jnp.zeros((structure.num_steps,), jnp.int32)
+    return plan._replace(variants=variants.at[np.asarray(players, np.int32)].set(chosen))
 
 
 def mask_values(
@@ -105,19 +113,21 @@ def mask_values(
     masks,
     mode=Hard(),
     noise=None,
+    defer=False,
 ) -> Float[Array, " masks"]:
     """The score of each coalition in `masks` (`Bool[Array, "M n"]`, row = coalition over
     `players`) for one case and one world: a plain `vmap` over plans, for sets of coalitions
     that are not the whole cube (a block of Monte Carlo prefixes, interventions). The
     world's noise is computed once and shared by every mask (common random numbers);
-    `noise` is that noise if the caller already computed it (`world_noise`).
+    `noise` is that noise if the caller already computed it (`world_noise`); `defer`, see
+    `Context` (Monte Carlo defers its tabulated draws).
     """
     if noise is None:
         noise = world_noise(structure, world)
 
     def one(mask):
         plan = mask_plan(structure, players, fix_variants, mask)
-        return run_score(pipeline, structure, case, world, plan, mode, noise)
+        return run_score(pipeline, structure, case, world, plan, mode, noise, defer=defer)
 
     return jax.vmap(one)(masks)
 

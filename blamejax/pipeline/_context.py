@@ -62,11 +62,27 @@ class Choice(eqx.Module):
     - `index`: `Int[Array, ""]`, the chosen option (in relaxed mode, the most probable one).
     - `probs`: `Float[Array, "K"]` in relaxed mode, `None` in hard mode.
     - `num_options`: K.
+
+    A context that defers its tabulated draws (`Context(defer=True)`) returns choices whose
+    index is worked out the first time it is read (`_Deferred`).
     """
 
-    index: Int[Array, ""]
+    _index: Int[Array, ""] | None
     probs: Float[Array, " K"] | None
     num_options: int = eqx.field(static=True)
+    _deferred: Any = eqx.field(static=True, default=None)
+
+    def __init__(self, index, probs, num_options, deferred=None):
+        self._index = index
+        self.probs = probs
+        self.num_options = num_options
+        self._deferred = deferred
+
+    @property
+    def index(self) -> Int[Array, ""]:
+        if self._deferred is not None:
+            return self._deferred.value()
+        return self._index
 
     def take(self, table):
         """Read `table[index]` (hard) or `probs @ table` (relaxed).
@@ -114,11 +130,16 @@ class ValuePlan(NamedTuple):
 class Plan(NamedTuple):
     """A plan for every step (`steps`, in the structure's order), every deterministic
     site (`values`, `None` entries mean "no override"), and optionally a forced option
-    per draw site (`forced_sites`, -1 = not forced; used to replay observed choices)."""
+    per draw site (`forced_sites`, -1 = not forced; used to replay observed choices), and
+    optionally the steps' variants as one array (`variants`, the same values as `steps`)."""
 
     steps: tuple[StepPlan, ...]
     values: tuple[ValuePlan | None, ...]
     forced_sites: tuple | None = None
+    # `None`, or every step's `variant` again as one `Int[Array, "steps"]` (a coalition's
+    # plan built from a mask): a context that defers its draws reads the variants of many
+    # steps from it in one gather instead of stacking the steps' scalars.
+    variants: Int[Array, " steps"] | None = None
 
 
 def factual_plan(structure) -> Plan:
@@ -195,7 +216,10 @@ def check_choose_args(step, logits, given, slot):
 class Context:
     """The `ctx` a pipeline receives. Built by the engine; users only call its methods."""
 
-    def __init__(self, structure, plan: Plan, world: World, mode=Hard(), record=None, noise=None, rows_per_world=False):
+    def __init__(
+        self, structure, plan: Plan, world: World, mode=Hard(), record=None, noise=None,
+        rows_per_world=False, defer=False,
+    ):
         self.structure = structure
         # `rows_per_world`: a tabulated step's table with a row that has no valid option
         # invalidates the run whether or not the run reaches that row. The check is then made
@@ -206,9 +230,26 @@ class Context:
         self.world = world
         self.mode = mode
         self.record = record  # a dict filled by `trace_run`, else None
-        self.invalid = None  # Bool[Array, ""] once a draw is made: some draw had no valid option
+        self._invalid = None  # Bool[Array, ""] once a draw is made: some draw had no valid option
+        # `defer`: tabulated hard draws are not made one by one but collected (`_pending`)
+        # until an index is read or the run ends, then made together (`_resolve`): one
+        # argmax over every collected table and one loop over the chain of gathers, so the
+        # compiled program no longer holds a few kernels per step (Monte Carlo's long
+        # chains). The same integers as the draws made one by one.
+        self.defer = defer and isinstance(mode, Hard) and record is None and not rows_per_world
+        self._pending: list[_Pending] = []
         # The addressed Gumbels of every site, [sites, K_max]: computed once per world.
         self.noise = world_noise(structure, world) if noise is None else noise
+
+    @property
+    def invalid(self):
+        """`Bool[Array, ""]`, whether some draw had no valid option (`None` before any draw);
+        reading it makes the deferred draws."""
+        self._resolve()
+        return self._invalid
+
+    def _flag(self, invalid):
+        self._invalid = invalid if self._invalid is None else self._invalid | invalid
 
     # -- noise ------------------------------------------------------------------------
     def _noise(self, step_plan: StepPlan, site_index: int, site) -> Float[Array, " K"]:
@@ -253,6 +294,26 @@ class Context:
             logits = logits.astype(jnp.float32)
         if step_plan.shift is not None:
             logits = logits + _lift(jnp.asarray(step_plan.shift, logits.dtype), logits)
+        forced = step_plan.forced
+        if self.plan.forced_sites is not None:
+            site_forced = self.plan.forced_sites[site_index]
+            forced = jnp.where(site_forced >= 0, site_forced, forced)
+        if (
+            self.defer
+            and (tabulated or logits.shape[0] <= 2)
+            and not _is_active(forced, lambda x: x != -1)
+        ):
+            if self._pending and self._pending[0].logits.dtype != logits.dtype:
+                self._resolve()  # one batch holds tables of one dtype (the same sums)
+            deferred = _Deferred(self)
+            plain = self.world.overrides is None and not _is_active(step_plan.noise, lambda x: x >= 0)
+            self._pending.append(
+                _Pending(
+                    logits, None if plain else noise, variant, parents, step, step_index,
+                    site_index, deferred,
+                )
+            )
+            return Choice(index=None, probs=None, num_options=site.num_options, deferred=deferred)
         if isinstance(self.mode, Hard):
             # A step without parents and with at most two variants is tabulated too: the
             # argmax of every variant's row costs no more than gathering one row and taking
@@ -271,10 +332,6 @@ class Context:
             index = jnp.argmax(probs).astype(jnp.int32)
             row = _seen_logits(logits, variant, parents)
             invalid = _invalid_rows(row, row + noise.astype(row.dtype))
-        forced = step_plan.forced
-        if self.plan.forced_sites is not None:
-            site_forced = self.plan.forced_sites[site_index]
-            forced = jnp.where(site_forced >= 0, site_forced, forced)
         if _is_active(forced, lambda x: x != -1):
             # A forced option needs no valid row, but must be an option: a traced one outside
             # [0, K) (or below -1, "not forced") invalidates the run instead of being clamped.
@@ -286,7 +343,7 @@ class Context:
                 probs = jnp.where(forced >= 0, hot, probs)
         # A draw with no valid option makes the run's score NaN (`run_score`), which every
         # estimator refuses with an error naming the failure, the step and the plan.
-        self.invalid = invalid if self.invalid is None else self.invalid | invalid
+        self._flag(invalid)
         if self.record is not None:
             self.record[("site", site_index)] = dict(
                 logits=_seen_logits(logits, variant, parents),
@@ -296,6 +353,21 @@ class Context:
                 invalid=invalid,
             )
         return Choice(index=index, probs=probs, num_options=site.num_options)
+
+    def _resolve(self):
+        """Make the deferred draws (`defer`), in the order they were asked for."""
+        pending, self._pending = self._pending, []
+        if len(pending) == 1:  # nothing to batch: the draw made on its own
+            p = pending[0]
+            noise = self.noise[p.site_index, : p.logits.shape[-1]] if p.noise is None else p.noise
+            index, invalid = _tabulated_hard(p.logits, noise, p.variant, p.parents, p.step)
+            p.deferred.resolved = index
+            self._flag(invalid)
+        elif pending:
+            indices, invalid = _resolve_chain(pending, self.noise, self.plan.variants)
+            for k, p in enumerate(pending):
+                p.deferred.resolved = indices[k]
+            self._flag(invalid)
 
     def deterministic(self, name: str, value):
         """A deterministic site (a tool's output): returns `value` unless the plan
@@ -308,6 +380,165 @@ class Context:
         if self.record is not None:
             self.record[("value", index)] = value
         return value
+
+
+class _Deferred:
+    """The index of a deferred draw: worked out by its context the first time it is read."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.resolved = None
+
+    def value(self):
+        if self.resolved is None:
+            self.ctx._resolve()
+        return self.resolved
+
+
+class _Pending(NamedTuple):
+    """A tabulated hard draw waiting to be made (`Context(defer=True)`)."""
+
+    logits: Any  # [V, *K_parents, K], shift applied
+    noise: Any  # [K], or None for the world's addressed noise of the site (`Context.noise`)
+    variant: Any  # Int[Array, ""]
+    parents: tuple  # Choices, deferred or not
+    step: str
+    step_index: int
+    site_index: int
+    deferred: _Deferred
+
+
+def _resolve_chain(pending: list[_Pending], world_noise, plan_variants=None):
+    """Make several tabulated hard draws at once: `(indices [m], invalid)`.
+
+    Every table's rows are padded to the same `[R, K]` with `-inf` options (never chosen,
+    and a row of only `-inf` has no valid option either way), stacked, and given one
+    `hard_argmax`; then a loop over the draws gathers each chosen row's option, reading the
+    parents' options from the indices already made. The same integers as `_tabulated_hard`
+    draw by draw, with a compiled program that does not grow with the number of draws."""
+    m = len(pending)
+    rows = [int(np.prod(p.logits.shape[:-1])) for p in pending]
+    num_rows = max(rows)
+    num_options = max(p.logits.shape[-1] for p in pending)
+    dtype = jnp.result_type(*[p.logits.dtype for p in pending])
+
+    def padded(p, r):
+        table = p.logits.astype(dtype).reshape(r, p.logits.shape[-1])
+        pad = ((0, num_rows - r), (0, num_options - p.logits.shape[-1]))
+        if pad != ((0, 0), (0, 0)):
+            table = jnp.pad(table, pad, constant_values=-np.inf)
+        return table.reshape(-1)
+
+    # Laid end to end along one axis (not stacked on a new one): tables that are
+    # consecutive parts of one array (a batch's cases, `_take_slots`) are then that array
+    # again, and XLA copies nothing.
+    flat = jnp.concatenate([padded(p, r) for p, r in zip(pending, rows)])
+    tables = flat.reshape(m, num_rows, num_options)  # [m, R, K]
+    if all(p.noise is None for p in pending):  # one gather of the world's noise
+        sites = np.asarray([p.site_index for p in pending], np.int32)
+        noise = world_noise[sites, :num_options].astype(dtype)  # [m, K]
+    else:
+        own = [
+            world_noise[p.site_index, : p.logits.shape[-1]] if p.noise is None else p.noise
+            for p in pending
+        ]
+        noise = jnp.stack(
+            [jnp.pad(r.astype(dtype), (0, num_options - r.shape[0])) for r in own]
+        )  # [m, K]
+    steps = ", ".join(dict.fromkeys(p.step for p in pending))
+    best = hard_argmax(tables, noise[:, None, :], steps)  # [m, R]
+
+    # The flat row of draw k: variant * stride + sum over parents of option * stride. A
+    # parent is an earlier draw of this batch or an index made before it (`outside`).
+    position = {id(p.deferred): k for k, p in enumerate(pending)}
+    outside = []  # indices of parents made before this batch
+    num_parents = max(1, max(len(p.parents) for p in pending))
+    parent_of = np.full((m, num_parents), -1, np.int64)  # see `_registers`
+    stride = np.zeros((m, num_parents), np.int32)
+    variant_stride = np.zeros((m,), np.int32)
+    for k, p in enumerate(pending):
+        shape = p.logits.shape[1:-1]
+        variant_stride[k] = int(np.prod(shape))
+        for i, parent in enumerate(p.parents):
+            stride[k, i] = int(np.prod(shape[i + 1 :]))
+            d = parent._deferred
+            if d is not None and id(d) in position:
+                parent_of[k, i] = position[id(d)]
+            else:
+                parent_of[k, i] = m + len(outside)
+                outside.append(jnp.asarray(parent.index, jnp.int32))
+    source, target, num_registers = _registers(parent_of)
+    if plan_variants is None:
+        variants = jnp.stack([jnp.asarray(p.variant, jnp.int32) for p in pending])
+    else:  # one gather, not m scalars stacked (`Plan.variants`)
+        steps_k = np.asarray([p.step_index for p in pending], np.int32)
+        variants = jnp.asarray(plan_variants, jnp.int32)[steps_k]
+    registers = jnp.zeros((num_registers,), jnp.int32)
+    if outside:
+        registers = registers.at[: len(outside)].set(jnp.stack(outside))
+    lax = jax.lax
+
+    def body(carry, x):
+        # A `lax.scan` over the draws: a draw's row of `best` and its constants are the
+        # scanned inputs, and the options made are its outputs, laid out draw by draw (under
+        # `vmap` too), so each step reads and writes contiguous memory. The carry holds only
+        # the options some later draw still reads (`_registers`): for a chain, one.
+        registers, invalid = carry
+        best_k, variant, source_k, stride_k, variant_stride_k, target_k = x
+        flat = variant * variant_stride_k
+        for i in range(num_parents):
+            parent = lax.dynamic_index_in_dim(registers, source_k[i], keepdims=False)
+            flat = flat + parent * stride_k[i]
+        chosen = best_k.at[flat].get(mode="promise_in_bounds")
+        made = jnp.maximum(chosen, 0)
+        registers = lax.dynamic_update_index_in_dim(registers, made, target_k, 0)
+        return (registers, invalid | (chosen < 0)), made
+
+    xs = (best, variants, *map(jnp.asarray, (source, stride, variant_stride, target)))
+    (_, invalid), indices = lax.scan(body, (registers, jnp.zeros((), bool)), xs)
+    return indices, invalid
+
+
+def _registers(parent_of):
+    """Where the scan of `_resolve_chain` keeps the options that later draws read: `(source
+    [m, P], target [m], number of registers)`. `parent_of[k, i]` is the parent's draw
+    (k' < k), `m + j` for the j-th index made before the batch, or -1 for none.
+
+    Draw k reads parent i from register `source[k, i]` (0 where it has none; its stride is
+    0) and writes its option to register `target[k]`. The indices made before the batch take
+    the first registers; a register is reused once the last draw that reads it has read it,
+    and options nobody reads go to one scratch register, so a chain needs two registers,
+    not one per draw."""
+    m, num_parents = parent_of.shape
+    last_read = {}  # owner (a draw, or m + j) -> the last draw that reads it
+    for k in range(m):
+        for owner in parent_of[k]:
+            if owner >= 0:
+                last_read[int(owner)] = k
+    register_of = {}  # owner -> register
+    for owner in sorted(o for o in last_read if o >= m):
+        register_of[owner] = len(register_of)
+    num_registers = len(register_of)
+    free: list[int] = []
+    source = np.zeros((m, num_parents), np.int32)
+    target = np.zeros((m,), np.int32)
+    for k in range(m):
+        for i, owner in enumerate(parent_of[k]):
+            if owner >= 0:
+                source[k, i] = register_of[int(owner)]
+        for owner in [o for o in register_of if last_read[o] == k]:  # read for the last time
+            free.append(register_of.pop(owner))
+        if k in last_read:  # a later draw reads this option: keep it
+            if free:
+                register_of[k] = free.pop()
+            else:
+                register_of[k] = num_registers
+                num_registers += 1
+            target[k] = register_of[k]
+        else:
+            target[k] = -1
+    target[target == -1] = num_registers  # the scratch register
+    return source, target, num_registers + 1
 
 
 def _is_active(x, pred) -> bool:
@@ -347,7 +578,8 @@ def hard_argmax(logits, noise, step: str = "?"):
     that explains how to get a useful gradient."""
     # `lax` primitives, not jnp functions (each a small jitted function of its own, which every
     # coalition `vmap` above traces again): the same integers, at a fraction of the trace time.
-    perturbed = jax.lax.add(logits, _lift(noise, logits))
+    noise = noise if noise.ndim == logits.ndim else _lift(noise, logits)
+    perturbed = jax.lax.add(logits, noise.astype(logits.dtype))
     best = jax.lax.argmax(perturbed, perturbed.ndim - 1, np.int32)
     return jax.lax.select(_invalid_rows(logits, perturbed), jax.lax.full_like(best, -1), best)
 

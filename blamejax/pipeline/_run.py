@@ -17,12 +17,14 @@ from ._structure import Structure
 
 def run_score(
     pipeline: Callable, structure: Structure, case, world: World, plan: Plan, mode=Hard(), noise=None,
-    rows_per_world=False,
+    rows_per_world=False, defer=False,
 ):
     """The score of one run: one case, one world, one plan. Returns a float scalar.
     `noise` is the world's site noise if already computed (see `world_noise`);
-    `rows_per_world`, see `Context`."""
-    ctx = Context(structure, plan, world, mode, noise=noise, rows_per_world=rows_per_world)
+    `rows_per_world` and `defer`, see `Context`."""
+    ctx = Context(
+        structure, plan, world, mode, noise=noise, rows_per_world=rows_per_world, defer=defer
+    )
     return _score(ctx, pipeline(ctx, case))
 
 
