@@ -413,9 +413,11 @@ def _resolve_chain(pending: list[_Pending], world_noise, plan_variants=None):
 
     Every table's rows are padded to the same `[R, K]` with `-inf` options (never chosen,
     and a row of only `-inf` has no valid option either way), stacked, and given one
-    `hard_argmax`; then a loop over the draws gathers each chosen row's option, reading the
+    `hard_argmax`; then a scan over the draws gathers each chosen row's option, reading the
     parents' options from the indices already made. The same integers as `_tabulated_hard`
-    draw by draw, with a compiled program that does not grow with the number of draws."""
+    draw by draw, with a compiled program that does not grow with the number of draws: it
+    compiles several times faster for long chains, and each evaluation costs more (a loop
+    step per draw instead of one fused gather; see the README's Monte Carlo figures)."""
     m = len(pending)
     rows = [int(np.prod(p.logits.shape[:-1])) for p in pending]
     num_rows = max(rows)
@@ -482,21 +484,20 @@ def _resolve_chain(pending: list[_Pending], world_noise, plan_variants=None):
         # A `lax.scan` over the draws: a draw's row of `best` and its constants are the
         # scanned inputs, and the options made are its outputs, laid out draw by draw (under
         # `vmap` too), so each step reads and writes contiguous memory. The carry holds only
-        # the options some later draw still reads (`_registers`): for a chain, one.
-        registers, invalid = carry
+        # the options some later draw still reads (`_registers`): for a chain, one. (Unrolling
+        # the scan made the call slower in `bench_mc.py --chain-one 32`.)
         best_k, variant, source_k, stride_k, variant_stride_k, target_k = x
         flat = variant * variant_stride_k
         for i in range(num_parents):
-            parent = lax.dynamic_index_in_dim(registers, source_k[i], keepdims=False)
+            parent = lax.dynamic_index_in_dim(carry, source_k[i], keepdims=False)
             flat = flat + parent * stride_k[i]
-        chosen = best_k.at[flat].get(mode="promise_in_bounds")
-        made = jnp.maximum(chosen, 0)
-        registers = lax.dynamic_update_index_in_dim(registers, made, target_k, 0)
-        return (registers, invalid | (chosen < 0)), made
+        chosen = best_k.at[flat].get(mode="promise_in_bounds")  # -1: no valid option
+        carry = lax.dynamic_update_index_in_dim(carry, jnp.maximum(chosen, 0), target_k, 0)
+        return carry, chosen
 
     xs = (best, variants, *map(jnp.asarray, (source, stride, variant_stride, target)))
-    (_, invalid), indices = lax.scan(body, (registers, jnp.zeros((), bool)), xs)
-    return indices, invalid
+    _, chosen = lax.scan(body, registers, xs)
+    return jnp.maximum(chosen, 0), jnp.any(chosen < 0)
 
 
 def _registers(parent_of):
