@@ -19,6 +19,7 @@ Run from the repository root:
     python benchmarks/bench_mc.py --quick    # a smoke run
     python benchmarks/bench_mc.py --breakdown  # where a call goes (game, choices, sampling)
     python benchmarks/bench_mc.py --chain  # chain pipelines with `given`, n = 16 ... 256
+    python benchmarks/bench_mc.py --chain-compare  # deferred draws against one by one
 
 If shapiq is not installed (it is not a dependency of blamejax), a plain numpy permutation
 sampler stands in for it, and the results say so.
@@ -416,6 +417,58 @@ def chain_one(n, num_failures, orders, repeats, seed) -> dict:
     return row
 
 
+def chain_compare(n, num_failures, orders, repeats, seed) -> dict:
+    """Deferred draws (what `mc_shapley` does) against draws made one by one (the former
+    per-step kernels, `mask_values(defer=False)` patched in), on the same inputs in this one
+    process: compile time, the fastest of `repeats` calls, and whether the answers agree
+    bit for bit."""
+    import functools
+
+    cases = chain_cases(n, num_failures, seed)
+    worlds = bj.fresh_worlds(seed, num_failures, 1)
+    budget = 2 + (n - 1) * orders
+    deferred_values = bj_mc.mask_values
+
+    def side(defer):
+        bj.clear_caches()
+        bj_mc.mask_values = deferred_values if defer else functools.partial(
+            _eager_mask_values, deferred_values
+        )
+        try:
+            def call(key):
+                result = bj.mc_shapley(
+                    chain_pipeline, cases, worlds, key=key, max_evaluations=budget, stop=()
+                )
+                jax.block_until_ready(result.values)
+                return result
+
+            start = time.perf_counter()
+            result = call(0)
+            first = time.perf_counter() - start
+            times = []
+            for r in range(repeats):
+                start = time.perf_counter()
+                call(r + 1)
+                times.append(time.perf_counter() - start)
+            steady = min(times)
+        finally:
+            bj_mc.mask_values = deferred_values
+        evaluations = int(np.asarray(result.evaluations).sum())
+        return result, dict(compile_s=max(first - steady, 0.0), ns_per_eval=1e9 * steady / evaluations)
+
+    deferred, d = side(True)
+    eager, e = side(False)
+    same = all(
+        np.array_equal(np.asarray(getattr(deferred, f)), np.asarray(getattr(eager, f)))
+        for f in ("values", "lower", "upper", "variance")
+    )
+    return dict(n=n, deferred=d, eager=e, bit_for_bit=same, load=load())
+
+
+def _eager_mask_values(mask_values, *args, defer=False, **kwargs):
+    return mask_values(*args, defer=False, **kwargs)
+
+
 def chain_rows(sizes, num_failures, orders, repeats, seed, log) -> list[dict]:
     """Every size in its own fresh process (`--chain-one`), so peaks do not mix."""
     import json
@@ -518,6 +571,12 @@ def main(argv=None) -> int:
         "writes benchmarks/results/bench_mc_chain.md)",
     )
     parser.add_argument("--chain-one", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--chain-compare",
+        action="store_true",
+        help="chain pipelines, deferred draws against draws made one by one in one process "
+        "(n = 16, 32, 64 or --sizes; writes benchmarks/results/bench_mc_chain_compare.md)",
+    )
     parser.add_argument("--orders", type=int, default=64, help="orders per failure (--chain)")
     parser.add_argument("--sizes", default=None, help="comma-separated n for --chain")
     args = parser.parse_args(argv)
@@ -526,6 +585,42 @@ def main(argv=None) -> int:
 
         row = chain_one(args.chain_one, args.failures, args.orders, args.repeats, args.seed)
         print(json.dumps(row))
+        return 0
+    if args.chain_compare:
+        sizes = (16, 32, 64) if args.sizes is None else tuple(int(x) for x in args.sizes.split(","))
+        uptime = "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
+        lines = [
+            "# bench_mc --chain-compare: deferred draws against draws made one by one",
+            "",
+            "Command: `python benchmarks/bench_mc.py --chain-compare"
+            + (f" --sizes {args.sizes}" if args.sizes else "")
+            + f"`; jax {jax.__version__}, cpu, `uptime` before: {uptime}. The chains of "
+            f"`--chain` ({args.failures} failures, {args.orders} orders each), both sides in "
+            "one process on the same inputs. compile = first call minus the fastest of "
+            f"{args.repeats} later calls.",
+            "",
+            "| n | compile s (deferred / one by one) | ns / evaluation (deferred / one by one) "
+            "| evaluation cost ratio | bit for bit | load |",
+            "|---|---|---|---|---|---|",
+        ]
+        for n in sizes:
+            r = chain_compare(n, args.failures, args.orders, args.repeats, args.seed)
+            d, e = r["deferred"], r["eager"]
+            line = (
+                f"| {n} | {d['compile_s']:.1f} / {e['compile_s']:.1f} | {d['ns_per_eval']:.0f} / "
+                f"{e['ns_per_eval']:.0f} | {d['ns_per_eval'] / e['ns_per_eval']:.2f}x | "
+                f"{'yes' if r['bit_for_bit'] else 'NO'} | {r['load']:.1f} |"
+            )
+            print(line)
+            lines.append(line)
+            if not r["bit_for_bit"]:
+                raise SystemExit(f"n = {n}: deferred and one-by-one answers differ")
+        text = "\n".join(lines) + "\n"
+        print("\n" + text)
+        if args.sizes is None:
+            path = Path("benchmarks/results/bench_mc_chain_compare.md")
+            path.write_text(text)
+            print(f"wrote {path}")
         return 0
     if args.chain:
         sizes = CHAIN_SIZES if args.sizes is None else tuple(int(x) for x in args.sizes.split(","))
