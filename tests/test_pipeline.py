@@ -231,8 +231,10 @@ def _mixed_cases(key, num_cases, k=3):
     return dict(tables=tables, score=jr.uniform(keys[4], (num_cases, k)))
 
 
-def _deferred_and_not(pipeline, cases, num_worlds=3):
-    """Every coalition's score in every world, with and without deferred draws, jitted."""
+def _deferred_and_not(pipeline, cases, num_worlds=3, overrides=False):
+    """Every coalition's score in every world, with and without deferred draws, jitted.
+    With `overrides`, every other site's Gumbels come from the world's overrides (what
+    inferred worlds carry), the rest from its key."""
     structure = bj.discover(pipeline, first(cases))
     n = structure.num_steps
     players, fixes = tuple(range(n)), tuple(1 for _ in range(n))
@@ -240,6 +242,13 @@ def _deferred_and_not(pipeline, cases, num_worlds=3):
 
     def scores(case, key, defer):
         world = bj.World(key=key)
+        if overrides:
+            sites = structure.sites
+            gumbels = tuple(
+                jr.gumbel(jr.fold_in(key, i), (site.num_options,)) for i, site in enumerate(sites)
+            )
+            valid = tuple(jnp.asarray(i % 2 == 0) for i in range(len(sites)))
+            world = bj.World(key=key, overrides=gumbels, valid=valid)
         return bj.coalitions.mask_values(
             pipeline, structure, case, world, players, fixes, cube, defer=defer
         )
@@ -252,7 +261,7 @@ def _deferred_and_not(pipeline, cases, num_worlds=3):
     return out
 
 
-@pytest.mark.parametrize("name", ["chain", "dag", "mixed", "neg_inf"])
+@pytest.mark.parametrize("name", ["chain", "dag", "mixed", "neg_inf", "overrides"])
 def test_deferred_draws_equal_draws_one_by_one(name):
     from helpers import dag_pipeline, random_dag_cases
 
@@ -262,8 +271,9 @@ def test_deferred_draws_equal_draws_one_by_one(name):
         "dag": lambda: (dag_pipeline, random_dag_cases(key, 4)),
         "mixed": lambda: (_mixed, _mixed_cases(key, 4)),
         "neg_inf": lambda: (chain_pipeline, random_chain_cases(key, 5, 4, neg_inf=0.4)),
+        "overrides": lambda: (dag_pipeline, random_dag_cases(key, 4)),
     }[name]()
-    eager, deferred = _deferred_and_not(pipeline, cases)
+    eager, deferred = _deferred_and_not(pipeline, cases, overrides=name == "overrides")
     assert np.isfinite(eager).all() and np.ptp(eager) > 0
     assert np.array_equal(eager, deferred)
 
