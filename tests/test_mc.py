@@ -829,3 +829,28 @@ def test_table_mentions_rule_and_budget():
     assert f"{int(result.evaluations[0])} evaluations" in text
 
 
+
+
+def test_take_slots_equals_a_gather_per_leaf():
+    """The lanes' cases come out of one gather per dtype, cut apart again: the same arrays as
+    gathering every leaf, whatever its shape (a zero-size leaf and a key array included)."""
+    from blamejax.estimators._mc import _take_slots
+
+    tree = dict(
+        a=jnp.arange(12.0).reshape(3, 4),
+        empty=jnp.zeros((3, 0)),
+        ids=jnp.arange(3),
+        d=jnp.ones((3, 2, 2)),
+        keys=jax.random.split(jax.random.key(0), 3),
+    )
+    slot = jnp.array([2, 0, 1, 2])
+    parts, rebuild = _take_slots(tree, slot)
+    out = jax.jit(rebuild)(parts)
+    assert len(parts) == 3  # float, int, key
+    for name, leaf in tree.items():
+        want = leaf[slot]
+        if name == "keys":
+            want, got = jax.random.key_data(want), jax.random.key_data(out[name])
+        else:
+            got = out[name]
+        assert got.shape == want.shape and np.array_equal(got, want), name

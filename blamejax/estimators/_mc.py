@@ -396,7 +396,10 @@ def _take_slots(tree, slot):
     groups = list(groups.values())
     num_slots = leaves[0].shape[0] if leaves else 0
     parts = [
-        jnp.concatenate([leaves[i].reshape(num_slots, -1) for i in members], axis=1)[slot]
+        jnp.concatenate(
+            [leaves[i].reshape(num_slots, int(np.prod(leaves[i].shape[1:]))) for i in members],
+            axis=1,
+        )[slot]
         if len(members) > 1
         else leaves[members[0]][slot]
         for members in groups
