@@ -302,6 +302,7 @@ def misses(history, exact, radius_fn=None):
     return int(out.any(axis=(1, 2)).sum())
 
 
+@pytest.mark.slow  # a statistical test of 1000 seeded runs
 def test_coverage_of_anytime_intervals():
     """delta = 0.1, N = 1000 seeded runs on games with known exact values; a miss is any
     step's interval, at any checkpoint up to stopping, excluding the exact value. The test
@@ -361,8 +362,17 @@ def test_scored_prefixes():
     assert [bj.estimators.scored_prefixes(n) for n in sizes] == [3, 8, 12, 16, 21, 32, 256]
 
 
-@pytest.mark.parametrize("n", [4, 8, 10])
-@pytest.mark.parametrize("antithetic", [False, True])
+_SLOW = pytest.mark.slow
+
+
+@pytest.mark.parametrize(
+    "antithetic, n",
+    # Antithetic pairs at n = 4 and 8 run with the slow tests (each compiles its own game);
+    # the fast run keeps every n plain and the hardest antithetic case (n = 10, the ends
+    # scored in the loop).
+    [(False, 4), (False, 8), (False, 10), (True, 10)]
+    + [pytest.param(True, 4, marks=_SLOW), pytest.param(True, 8, marks=_SLOW)],
+)
 def test_budget_accounting_is_exact(antithetic, n):
     """A counter inside the pipeline (a `jax.debug.callback` per evaluation) sees exactly the
     evaluations reported: when every slot and lane is used (32 failures, 32 lanes, a fixed
