@@ -220,6 +220,18 @@ def _mixed(ctx, case):
     return d.take(case["score"]) + 0.1 * a.index.astype(case["score"].dtype)
 
 
+def _reads_inside_jit(ctx, case):
+    """The first read of a deferred index happens inside the user's own `jax.jit` and
+    `vmap`: the draws must still be made at the pipeline's level (no leaked tracer)."""
+    t = case["tables"]
+    a = ctx.choose("s0", t[0])
+    b = ctx.choose("s1", t[1], given=a)
+    c = ctx.choose("s2", t[1], given=b)
+    picked = jax.jit(lambda score: score[b.index])(case["score"])
+    rows = jax.vmap(lambda row: row[c.index])(jnp.stack([case["score"], 2 * case["score"]]))
+    return picked + rows.sum() + 0.1 * a.index.astype(picked.dtype)
+
+
 def _mixed_cases(key, num_cases, k=3):
     keys = jr.split(key, 5)
     tables = [
@@ -261,7 +273,9 @@ def _deferred_and_not(pipeline, cases, num_worlds=3, overrides=False):
     return out
 
 
-@pytest.mark.parametrize("name", ["chain", "dag", "mixed", "neg_inf", "overrides"])
+@pytest.mark.parametrize(
+    "name", ["chain", "dag", "mixed", "neg_inf", "overrides", "read_inside_jit"]
+)
 def test_deferred_draws_equal_draws_one_by_one(name):
     from helpers import dag_pipeline, random_dag_cases
 
@@ -272,6 +286,7 @@ def test_deferred_draws_equal_draws_one_by_one(name):
         "mixed": lambda: (_mixed, _mixed_cases(key, 4)),
         "neg_inf": lambda: (chain_pipeline, random_chain_cases(key, 5, 4, neg_inf=0.4)),
         "overrides": lambda: (dag_pipeline, random_dag_cases(key, 4)),
+        "read_inside_jit": lambda: (_reads_inside_jit, _mixed_cases(key, 4)),
     }[name]()
     eager, deferred = _deferred_and_not(pipeline, cases, overrides=name == "overrides")
     assert np.isfinite(eager).all() and np.ptp(eager) > 0

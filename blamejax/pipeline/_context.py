@@ -236,7 +236,14 @@ class Context:
         # argmax over every collected table and one loop over the chain of gathers, so the
         # compiled program no longer holds a few kernels per step (Monte Carlo's long
         # chains). The same integers as the draws made one by one.
-        self.defer = defer and isinstance(mode, Hard) and record is None and not rows_per_world
+        # The draws are made at the trace the pipeline runs at, even when user code first
+        # reads an index inside a `jax.jit` or `vmap` of its own (`_resolve`); without JAX's
+        # trace context (a private API), the context makes every draw at once instead.
+        self._trace = _current_trace()
+        self.defer = (
+            defer and isinstance(mode, Hard) and record is None and not rows_per_world
+            and self._trace is not None
+        )
         self._pending: list[_Pending] = []
         # The addressed Gumbels of every site, [sites, K_max]: computed once per world.
         self.noise = world_noise(structure, world) if noise is None else noise
@@ -355,7 +362,15 @@ class Context:
         return Choice(index=index, probs=probs, num_options=site.num_options)
 
     def _resolve(self):
-        """Make the deferred draws (`defer`), in the order they were asked for."""
+        """Make the deferred draws (`defer`), in the order they were asked for, at the trace
+        the pipeline runs at (not that of a `jax.jit` of the user's in which an index may be
+        read first: its tracers would leak out of it)."""
+        if not self._pending:
+            return
+        with _at_trace(self._trace):
+            self._resolve_here()
+
+    def _resolve_here(self):
         pending, self._pending = self._pending, []
         if len(pending) == 1:  # nothing to batch: the draw made on its own
             p = pending[0]
@@ -380,6 +395,24 @@ class Context:
         if self.record is not None:
             self.record[("value", index)] = value
         return value
+
+
+def _current_trace():
+    """JAX's current trace (`jax._src.core.trace_ctx.trace`), or None where this JAX has no
+    such context (deferred draws are then off)."""
+    try:
+        from jax._src import core
+
+        return core.trace_ctx.trace
+    except (ImportError, AttributeError):
+        return None
+
+
+def _at_trace(trace):
+    """A context manager that makes `trace` JAX's current trace."""
+    from jax._src import core
+
+    return core.set_current_trace(trace)
 
 
 class _Deferred:
