@@ -374,8 +374,9 @@ class Context:
         pending, self._pending = self._pending, []
         if len(pending) == 1:  # nothing to batch: the draw made on its own
             p = pending[0]
-            noise = self.noise[p.site_index, : p.logits.shape[-1]] if p.noise is None else p.noise
-            index, invalid = _tabulated_hard(p.logits, noise, p.variant, p.parents, p.step)
+            index, invalid = _tabulated_hard(
+                p.logits, p.noise_row(self.noise), p.variant, p.parents, p.step
+            )
             p.deferred.resolved = index
             self._flag(invalid)
         elif pending:
@@ -440,6 +441,12 @@ class _Pending(NamedTuple):
     site_index: int
     deferred: _Deferred
 
+    def noise_row(self, world_noise):
+        """The `[K]` Gumbels this draw adds to its logits."""
+        if self.noise is None:
+            return world_noise[self.site_index, : self.logits.shape[-1]]
+        return self.noise
+
 
 def _resolve_chain(pending: list[_Pending], world_noise, plan_variants=None):
     """Make several tabulated hard draws at once: `(indices [m], invalid)`.
@@ -455,10 +462,10 @@ def _resolve_chain(pending: list[_Pending], world_noise, plan_variants=None):
     rows = [int(np.prod(p.logits.shape[:-1])) for p in pending]
     num_rows = max(rows)
     num_options = max(p.logits.shape[-1] for p in pending)
-    dtype = jnp.result_type(*[p.logits.dtype for p in pending])
+    dtype = pending[0].logits.dtype  # one dtype per batch (`Context.choose`)
 
     def padded(p, r):
-        table = p.logits.astype(dtype).reshape(r, p.logits.shape[-1])
+        table = p.logits.reshape(r, p.logits.shape[-1])
         pad = ((0, num_rows - r), (0, num_options - p.logits.shape[-1]))
         if pad != ((0, 0), (0, 0)):
             table = jnp.pad(table, pad, constant_values=-np.inf)
@@ -473,10 +480,7 @@ def _resolve_chain(pending: list[_Pending], world_noise, plan_variants=None):
         sites = np.asarray([p.site_index for p in pending], np.int32)
         noise = world_noise[sites, :num_options].astype(dtype)  # [m, K]
     else:
-        own = [
-            world_noise[p.site_index, : p.logits.shape[-1]] if p.noise is None else p.noise
-            for p in pending
-        ]
+        own = [p.noise_row(world_noise) for p in pending]
         noise = jnp.stack(
             [jnp.pad(r.astype(dtype), (0, num_options - r.shape[0])) for r in own]
         )  # [m, K]
