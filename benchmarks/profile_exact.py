@@ -8,8 +8,18 @@ a call). It also prints how much slower the first 30 calls after compiling run t
 and, at n = 24, the reduction with the two-halves split against the pairwise
 divide-and-conquer.
 
+With `--floor` it also writes the same chain's coalition table by hand at n = 12 (one default
+chunk, 512 failures): every step's argmaxes computed once from the same tables and noise, then
+one gather per step and per coalition bit and the score's gather, nothing else. That is the least
+a prefix-sharing table of this chain can cost on this machine; the script checks it equals
+blamejax's table bit for bit and prints both costs per coalition and their ratio. `--chunks`
+times `exact_blame` on 8,192 failures at n = 12 with 128, 512 (the default there) and 2,048
+failures per compiled call.
+
     python benchmarks/profile_exact.py                 # n = 8 (154 x 8) and n = 12 (100 x 1)
     python benchmarks/profile_exact.py --reduction24   # also the n = 24 reduction
+    python benchmarks/profile_exact.py --floor         # also the hand-written table (n = 12)
+    python benchmarks/profile_exact.py --chunks        # also failures per compiled call (n = 12)
 
 Run from the repository root. Results go to `benchmarks/results/profile_exact.md`. Timings
 are medians; the machine is small and shared, so expect a spread of a fifth between runs.
@@ -128,15 +138,93 @@ def profile_reduction24() -> list[str]:
     return ["### Shapley reduction at n = 24, one table", "", "| method | first call (compile) | steady |", "|---|---|---|", *out, ""]
 
 
+def profile_floor(n: int = 12, num_failures: int = 512) -> list[str]:
+    """blamejax's table and whole compiled chunk against the hand-written gather chain."""
+    tables = {k: jnp.asarray(v.astype(np.float32)) for k, v in build_tables(n, num_failures, 0).items()}
+    worlds = bj.fresh_worlds(0, num_failures, 1)
+    pipeline = chain_pipeline(n)
+    structure = discover_batch(pipeline, tables)
+    players, fixes = tuple(range(n)), (1,) * n
+
+    def library(case, world):
+        return coalition_values(pipeline, structure, case, world, players, fixes, rows_per_world=True)
+
+    def by_hand(case, world):
+        noise = world_noise(structure, world)  # [n, K], site i is step i
+        # Each step's choice for every (variant, previous choice), once per world.
+        first = jnp.argmax(case["t0"] + noise[0], axis=-1)  # [2]
+        later = [jnp.argmax(case[f"t{i}"] + noise[i], axis=-1) for i in range(1, n)]  # [2, K] each
+        choice = first
+        for table in later:  # the newest bit becomes axis 0, as in coalition_values
+            choice = table[:, choice]
+        return case["score"][choice].reshape(-1)
+
+    first_world = jax.tree_util.tree_map(lambda leaf: leaf[:, 0], worlds)
+    library_fn = jax.jit(jax.vmap(library))
+    hand_fn = jax.jit(jax.vmap(by_hand))
+    same = bool(np.array_equal(np.asarray(library_fn(tables, first_world)), np.asarray(hand_fn(tables, first_world))))
+    if not same:
+        raise SystemExit("the hand-written coalition table differs from blamejax's")
+    lib, hand = timed(library_fn, tables, first_world), timed(hand_fn, tables, first_world)
+    values = hand_fn(tables, first_world)
+    reduction = timed(jax.jit(jax.vmap(lambda v: bj.attribute(v, interactions=False).shapley)), values)
+    call = timed(lambda: bj.exact_blame(pipeline, tables, worlds, chunk_size=num_failures))
+    per = lambda s: f"{s / (num_failures << n) * 1e9:.2f} ns"  # noqa: E731
+    return [
+        f"### The floor at n = {n}, {num_failures} failures x 1 world (one default chunk)",
+        "",
+        "| piece | steady | per coalition |",
+        "|---|---|---|",
+        f"| coalition table, by hand (argmaxes once, one gather per step and bit) | {hand[1] * 1e3:.2f} ms | {per(hand[1])} |",
+        f"| coalition table, blamejax (`coalition_values`) | {lib[1] * 1e3:.2f} ms | {per(lib[1])} |",
+        f"| Shapley reduction of that table | {reduction[1] * 1e3:.2f} ms | {per(reduction[1])} |",
+        f"| `exact_blame`, the whole call | {call[1] * 1e3:.2f} ms | {per(call[1])} |",
+        "",
+        f"- The two tables are equal bit for bit: {same}. blamejax's table / the hand-written one: "
+        f"{lib[1] / hand[1]:.2f}x; the hand-written table plus the reduction, the least this design "
+        f"can cost: {per(hand[1] + reduction[1])} per coalition.",
+        "",
+    ]
+
+
+def profile_chunks(n: int = 12, num_failures: int = 8192, sizes=(128, 512, 2048)) -> list[str]:
+    """`exact_blame` with several failures per compiled call; the answers must not change."""
+    tables = {k: jnp.asarray(v.astype(np.float32)) for k, v in build_tables(n, num_failures, 0).items()}
+    worlds = bj.fresh_worlds(0, num_failures, 1)
+    pipeline = chain_pipeline(n)
+    rows, reference = [], None
+    for size in sizes:
+        call = lambda size=size: bj.exact_blame(pipeline, tables, worlds, chunk_size=size).shapley  # noqa: E731
+        first, steady = timed(call, calls=7)
+        values = np.asarray(call())
+        reference = values if reference is None else reference
+        if not np.array_equal(values, reference):
+            raise SystemExit(f"chunk_size {size} changed the Shapley values")
+        rows.append(f"| {size} | {first:.2f} s | {steady * 1e3:.1f} ms | {steady / (num_failures << n) * 1e9:.2f} ns |")
+    return [
+        f"### Failures per compiled call, n = {n}, {num_failures} failures x 1 world",
+        "",
+        "| chunk_size | first call | steady | per coalition |",
+        "|---|---|---|---|",
+        *rows,
+        "",
+        "- The same Shapley values, bit for bit, at every chunk size.",
+        "",
+    ]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reduction24", action="store_true", help="also time the n = 24 reduction")
+    parser.add_argument("--floor", action="store_true", help="also the hand-written coalition table at n = 12")
+    parser.add_argument("--chunks", action="store_true", help="also exact_blame at several chunk sizes (n = 12)")
     parser.add_argument("--out", default=os.path.join(HERE, "results", "profile_exact.md"))
     args = parser.parse_args(argv)
     lines = [
         "## profile_exact",
         "",
-        f"`python benchmarks/profile_exact.py{' --reduction24' if args.reduction24 else ''}`; jax "
+        f"`python benchmarks/profile_exact.py{' --reduction24' if args.reduction24 else ''}"
+        f"{' --floor' if args.floor else ''}{' --chunks' if args.chunks else ''}`; jax "
         f"{jax.__version__}, {os.cpu_count()} CPU cores; medians of 200 calls after {WARMUP_S} s of warm-up.",
         "",
     ]
@@ -144,6 +232,10 @@ def main(argv=None) -> int:
         lines += profile_size(n, num_failures, num_worlds)
     if args.reduction24:
         lines += profile_reduction24()
+    if args.floor:
+        lines += profile_floor()
+    if args.chunks:
+        lines += profile_chunks()
     text = "\n".join(lines)
     print(text)
     with open(args.out, "w") as f:

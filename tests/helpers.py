@@ -1,6 +1,8 @@
 """Random pipelines for tests, written with the public API, and the first failures of a demo
 SCM under recorded noise."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import jax.random as jr
@@ -9,6 +11,8 @@ import numpy as np
 import blamejax as bj
 
 
+# Compiled once per shape: drawn op by op, every new shape compiled a dozen small programs.
+@functools.partial(jax.jit, static_argnames=("num_steps", "num_cases", "num_options", "num_variants", "neg_inf"))
 def random_chain_cases(key, num_steps, num_cases, num_options=4, num_variants=2, neg_inf=0.0):
     """Tables for a chain: step 0 has logits [V, K], step i>0 has [V, K, K] given step i-1.
     `neg_inf` is the probability that a logit entry is -inf (never a whole row)."""
@@ -43,6 +47,7 @@ def dag_pipeline(ctx, case):
     return d.take(case["score"])
 
 
+@functools.partial(jax.jit, static_argnames=("num_cases", "num_options"))
 def random_dag_cases(key, num_cases, num_options=3):
     keys = jr.split(key, 5)
     k, n = num_options, num_cases

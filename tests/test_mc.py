@@ -648,7 +648,7 @@ def test_fixed_path_jit_equals_eager_and_differentiates():
     eager = planner_blame(case["planner"], mode)
     jitted = eqx.filter_jit(planner_blame)(case["planner"], mode)
     np.testing.assert_allclose(jitted, eager, atol=1e-6)
-    grad = jax.grad(planner_blame)(case["planner"], mode)
+    grad = eqx.filter_jit(jax.grad(planner_blame))(case["planner"], mode)
     assert np.all(np.isfinite(np.asarray(grad)))
     assert float(jnp.abs(grad).sum()) > 0
 

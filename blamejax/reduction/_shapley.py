@@ -182,9 +182,11 @@ class Attribution(NamedTuple):
     full: Float[Array, ""]  # v(N): the fully fixed run
 
 
+@functools.partial(jax.jit, static_argnames="interactions")
 def attribute(values: Float[Array, " coalitions"], interactions: bool = True) -> Attribution:
     """Shapley, Banzhaf, fix-alone, leave-one-out and pairwise interaction indices from
-    the full table `values[2**n]`. Pure; `vmap` it over failures."""
+    the full table `values[2**n]`. Pure; `vmap` it over failures. Compiled once per table
+    length (called eagerly, it would otherwise compile each of its operations on its own)."""
     size = values.shape[-1]
     n = size.bit_length() - 1
     if n < 1 or 1 << n != size:
