@@ -78,8 +78,11 @@ def clear_caches() -> None:
     bj.clear_caches()
     ```
     """
+    from .reduction import attribute  # compiled once per table length, by `jax.jit`
+
     _ENTRIES.clear()
     _TRACES.clear()
+    attribute.clear_cache()
 
 
 def default_compile_cache_dir() -> str | None:

@@ -10,7 +10,7 @@ import pytest
 
 import blamejax as bj
 
-attribute = jax.jit(bj.attribute, static_argnames="interactions")
+attribute = bj.attribute  # compiled once per table length (and `interactions`)
 
 
 def brute_force(v, n):
@@ -83,10 +83,25 @@ def test_axioms(n):
             assert np.abs(phi_n).max() > 1e-3
 
 
+@pytest.fixture
+def split_from(monkeypatch):
+    """Set the size from which the reduction splits the steps in two halves. `attribute` is
+    compiled once per table length and reads the setting while tracing, so its compiled
+    programs are dropped whenever the setting changes, and again after the test."""
+
+    def set_split_from(value):
+        monkeypatch.setattr(bj.reduction._shapley, "_SPLIT_FROM", value)
+        attribute.clear_cache()
+
+    yield set_split_from
+    monkeypatch.undo()
+    attribute.clear_cache()
+
+
 @pytest.mark.parametrize("n", range(2, 9))
-def test_split_reduction_equals_brute_force_float64(n, monkeypatch):
+def test_split_reduction_equals_brute_force_float64(n, split_from):
     """The two-halves reduction used from n = 18 on, forced at small n."""
-    monkeypatch.setattr(bj.reduction._shapley, "_SPLIT_FROM", 2)
+    split_from(2)
     with jax.enable_x64(True):
         for seed in range(3):
             v = np.random.default_rng([n, seed, 7]).normal(size=1 << n)
@@ -96,13 +111,15 @@ def test_split_reduction_equals_brute_force_float64(n, monkeypatch):
             np.testing.assert_allclose(out.banzhaf, banzhaf, rtol=0, atol=1e-12)
 
 
-def test_split_reduction_equals_divide_and_conquer_at_n18(monkeypatch):
+def test_split_reduction_equals_divide_and_conquer_at_n18(split_from):
     v = np.random.default_rng(18).normal(size=1 << 18)
     with jax.enable_x64(True):
+        split_from(18)
         split = np.asarray(attribute(jnp.asarray(v), interactions=False).shapley)
-        monkeypatch.setattr(bj.reduction._shapley, "_SPLIT_FROM", 99)
+        split_from(99)
         pairwise = np.asarray(attribute(jnp.asarray(v), interactions=False).shapley)
     np.testing.assert_allclose(split, pairwise, rtol=0, atol=1e-12)
+    assert not np.array_equal(split, pairwise)  # two programs, not one compiled twice
 
 
 @pytest.mark.parametrize("n", [12, 16, 20, pytest.param(24, marks=pytest.mark.slow)])
