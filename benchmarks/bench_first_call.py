@@ -101,9 +101,23 @@ def main() -> int:
         help="also print, for the first repeat, every program the first call traced: trace, lowering, "
         "and compile (or persistent-cache load) seconds, cold and warm",
     )
+    parser.add_argument(
+        "--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "bench_first_call.md"),
+        help="where the printed report is also written (default results/bench_first_call.md)",
+    )
     args = parser.parse_args()
+    lines = [
+        "## bench_first_call", "",
+        "`" + " ".join(["python benchmarks/bench_first_call.py", *sys.argv[1:]]) + "`, "
+        f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPU cores.",
+        "",
+    ]
+
+    def say(text=""):
+        print(text)
+        lines.extend(str(text).split("\n"))
     modes = args.noise.split(",")
-    print(f"load average at start: {os.getloadavg()[0]:.2f} (2 cores; above ~1 the times are disturbed)")
+    say(f"load average at start: {os.getloadavg()[0]:.2f} (2 cores; above ~1 the times are disturbed)")
     rows = []
     reference = None
     tables = {}
@@ -121,28 +135,30 @@ def main() -> int:
                     rows.append((repeat, kind, noise, out["import_s"], out[noise]["first_s"], out[noise]["second_s"], wall))
                     if repeat == 0:
                         tables[(kind, noise)] = out[noise]["programs"]
-    print("\n| repeat | cache | noise | import | first call | second call | first / second | process wall |")
-    print("|---|---|---|---|---|---|---|---|")
+    say("\n| repeat | cache | noise | import | first call | second call | first / second | process wall |")
+    say("|---|---|---|---|---|---|---|---|")
     for repeat, kind, noise, imported, first, second, wall in rows:
-        print(f"| {repeat} | {kind} | {noise} | {imported:.2f} s | {first:.2f} s | {second * 1e3:.1f} ms | "
+        say(f"| {repeat} | {kind} | {noise} | {imported:.2f} s | {first:.2f} s | {second * 1e3:.1f} ms | "
               f"{first / second:.0f}x | {wall:.1f} s |")
-    print("\nEvery process returned the same blame, bit for bit.")
+    say("\nEvery process returned the same blame, bit for bit.")
     if args.programs:
         for (kind, noise), programs in tables.items():
             if kind == "off":
                 continue
-            print(f"\nrepeat 0, cache {kind}, noise {noise}: every program the first call traced")
-            print("| program | trace | lower | compile (cold) or load (warm) |\n|---|---|---|---|")
+            say(f"\nrepeat 0, cache {kind}, noise {noise}: every program the first call traced")
+            say("| program | trace | lower | compile (cold) or load (warm) |\n|---|---|---|---|")
             for name, trace, lower, compile_s in programs:
-                print(f"| {name} | {trace:.3f} s | {lower:.3f} s | {compile_s:.3f} s |")
+                say(f"| {name} | {trace:.3f} s | {lower:.3f} s | {compile_s:.3f} s |")
             sums = [sum(p[i] for p in programs) for i in (1, 2, 3)]
-            print(f"| total ({sum(1 for p in programs if p[3] > 0)} compiled) | {sums[0]:.3f} s | {sums[1]:.3f} s | {sums[2]:.3f} s |")
-    print(f"load average at end: {os.getloadavg()[0]:.2f}")
+            say(f"| total ({sum(1 for p in programs if p[3] > 0)} compiled) | {sums[0]:.3f} s | {sums[1]:.3f} s | {sums[2]:.3f} s |")
+    say(f"load average at end: {os.getloadavg()[0]:.2f}")
     for kind, target in (("cold", 5.0), ("warm", 1.0)):
         firsts = [r[4] for r in rows if r[1] == kind]
         best = min(firsts)
-        print(f"{kind}: first call {best:.2f}-{max(firsts):.2f} s; target <= {target:.0f} s: "
+        say(f"{kind}: first call {best:.2f}-{max(firsts):.2f} s; target <= {target:.0f} s: "
               + ("met" if best <= target else "not met"))
+    with open(args.out, "w") as f:
+        f.write("\n".join(lines) + "\n")
     return 0
 
 
