@@ -418,22 +418,17 @@ def chain_one(n, num_failures, orders, repeats, seed) -> dict:
 
 
 def chain_compare(n, num_failures, orders, repeats, seed) -> dict:
-    """Deferred draws (what `mc_shapley` does) against draws made one by one (the former
-    per-step kernels, `mask_values(defer=False)` patched in), on the same inputs in this one
-    process: compile time, the fastest of `repeats` calls, and whether the answers agree
-    bit for bit."""
-    import functools
-
+    """Deferred draws against draws made one by one (`_DEFER_FROM` set to 0, then past n:
+    `mc_shapley` itself defers from 32 draw sites on), on the same inputs in this one process:
+    compile time, the fastest of `repeats` calls, and whether the answers agree bit for bit."""
     cases = chain_cases(n, num_failures, seed)
     worlds = bj.fresh_worlds(seed, num_failures, 1)
     budget = 2 + (n - 1) * orders
-    deferred_values = bj_mc.mask_values
+    default = bj_mc._DEFER_FROM
 
     def side(defer):
-        bj.clear_caches()
-        bj_mc.mask_values = deferred_values if defer else functools.partial(
-            _eager_mask_values, deferred_values
-        )
+        bj.clear_caches()  # the setting is read while tracing
+        bj_mc._DEFER_FROM = 0 if defer else n + 1
         try:
             def call(key):
                 result = bj.mc_shapley(
@@ -452,7 +447,8 @@ def chain_compare(n, num_failures, orders, repeats, seed) -> dict:
                 times.append(time.perf_counter() - start)
             steady = min(times)
         finally:
-            bj_mc.mask_values = deferred_values
+            bj_mc._DEFER_FROM = default
+            bj.clear_caches()
         evaluations = int(np.asarray(result.evaluations).sum())
         return result, dict(compile_s=max(first - steady, 0.0), ns_per_eval=1e9 * steady / evaluations)
 
@@ -463,10 +459,6 @@ def chain_compare(n, num_failures, orders, repeats, seed) -> dict:
         for f in ("values", "lower", "upper", "variance")
     )
     return dict(n=n, deferred=d, eager=e, bit_for_bit=same, load=load())
-
-
-def _eager_mask_values(mask_values, *args, defer=False, **kwargs):
-    return mask_values(*args, defer=False, **kwargs)
 
 
 def chain_rows(sizes, num_failures, orders, repeats, seed, log) -> list[dict]:
@@ -575,7 +567,7 @@ def main(argv=None) -> int:
         "--chain-compare",
         action="store_true",
         help="chain pipelines, deferred draws against draws made one by one in one process "
-        "(n = 16, 32, 64 or --sizes; writes benchmarks/results/bench_mc_chain_compare.md)",
+        "(n = 16, 32, 64, 128 or --sizes; writes benchmarks/results/bench_mc_chain_compare.md)",
     )
     parser.add_argument("--orders", type=int, default=64, help="orders per failure (--chain)")
     parser.add_argument("--sizes", default=None, help="comma-separated n for --chain")
@@ -587,7 +579,7 @@ def main(argv=None) -> int:
         print(json.dumps(row))
         return 0
     if args.chain_compare:
-        sizes = (16, 32, 64) if args.sizes is None else tuple(int(x) for x in args.sizes.split(","))
+        sizes = (16, 32, 64, 128) if args.sizes is None else tuple(int(x) for x in args.sizes.split(","))
         uptime = "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
         lines = [
             "# bench_mc --chain-compare: deferred draws against draws made one by one",

@@ -727,6 +727,41 @@ def test_matches_exact_on_given_and_free_form_pipelines(name):
     assert np.abs(err).max() > 0  # sampled, not enumerated
 
 
+@pytest.mark.parametrize("name", ["chain", pytest.param("dag", marks=pytest.mark.slow)])
+def test_deferred_draws_give_the_same_estimates(name, monkeypatch):
+    """Monte Carlo draws one by one below `_DEFER_FROM` draw sites and defers its tabulated
+    draws from there on (one scan over them, `Context`). On the 10-step chain and the DAG,
+    with deferral forced, the estimates are bit for bit those of draws one by one, plain and
+    antithetic, fixed budget and adaptive; and the scan is used only when forced."""
+    from blamejax.pipeline import _context
+
+    pipeline, cases = pipelines_with_exact()[name]
+    worlds = bj.fresh_worlds(24, 12, 2)
+    assert len(bj.Game.make(pipeline, cases).structure.sites) < mc._DEFER_FROM
+    resolved = []
+    resolve = _context._resolve_chain
+    monkeypatch.setattr(_context, "_resolve_chain", lambda *a, **k: resolved.append(1) or resolve(*a, **k))
+    settings = [dict(stop=()), dict(stop=(), antithetic=True), dict(epsilon=0.05, t1=8)]
+
+    def run():
+        bj.clear_caches()
+        return [bj.mc_shapley(pipeline, cases, worlds, key=25, max_evaluations=2000, **kw) for kw in settings]
+
+    try:
+        one_by_one = run()
+        assert not resolved
+        monkeypatch.setattr(mc, "_DEFER_FROM", 0)
+        deferred = run()
+        assert resolved
+    finally:
+        monkeypatch.undo()
+        bj.clear_caches()
+    for a, b in zip(one_by_one, deferred, strict=True):
+        for field in ("values", "variance", "lower", "upper", "empty", "full", "num_samples", "evaluations"):
+            np.testing.assert_array_equal(getattr(a, field), getattr(b, field), err_msg=field)
+    assert np.abs(np.asarray(deferred[0].values)).max() > 1e-3
+
+
 @pytest.mark.parametrize("antithetic", [False, True])
 def test_blocks_of_prefixes_equal_one_batch(monkeypatch, antithetic):
     """Scoring an order's prefixes block by block in a scan (a 20-step chain: 3 blocks of

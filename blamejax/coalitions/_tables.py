@@ -120,7 +120,7 @@ def mask_values(
     that are not the whole cube (a block of Monte Carlo prefixes, interventions). The
     world's noise is computed once and shared by every mask (common random numbers);
     `noise` is that noise if the caller already computed it (`world_noise`); `defer`, see
-    `Context` (Monte Carlo defers its tabulated draws).
+    `Context` (Monte Carlo defers its tabulated draws in pipelines of 32 draw sites or more).
     """
     if noise is None:
         noise = world_noise(structure, world)

@@ -89,16 +89,26 @@ _PERM_TAG = 0x5045524D  # "PERM": keeps the order stream apart from the noise st
 # --------------------------------------------------------------------------------------
 
 
+# Pipelines with at least this many draw sites defer their tabulated draws (`Context`: one
+# argmax over all the tables and one scan over the chain of gathers). The compiled program then
+# stays about the same size whatever the length of the pipeline; below it, draws made one by
+# one compile in a few seconds too and evaluate about 1.4x faster
+# (`python benchmarks/bench_mc.py --chain-compare`). Read while tracing: `clear_caches()`
+# after changing it.
+_DEFER_FROM = 32
+
+
 def _scorer(pipeline, structure, case, worlds, noises, players, fixes, mode, rebuild=None):
     """`masks [M, n] -> (mean over worlds [M], min score, max score)` for one failure.
     `rebuild`: if given, the case is `rebuild(case)` (`_take_slots`), cut apart where it is
     used."""
+    defer = len(structure.sites) >= _DEFER_FROM
 
     def score(masks):
         whole = case if rebuild is None else rebuild(case)
         per_world = jax.vmap(
             lambda world, noise: mask_values(
-                pipeline, structure, whole, world, players, fixes, masks, mode, noise, defer=True
+                pipeline, structure, whole, world, players, fixes, masks, mode, noise, defer=defer
             )
         )(worlds, noises)  # [W, M]
         return per_world.mean(axis=0), per_world.min(), per_world.max()
