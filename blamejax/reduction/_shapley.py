@@ -182,11 +182,25 @@ class Attribution(NamedTuple):
     full: Float[Array, ""]  # v(N): the fully fixed run
 
 
-@functools.partial(jax.jit, static_argnames="interactions")
 def attribute(values: Float[Array, " coalitions"], interactions: bool = True) -> Attribution:
     """Shapley, Banzhaf, fix-alone, leave-one-out and pairwise interaction indices from
-    the full table `values[2**n]`. Pure; `vmap` it over failures. Compiled once per table
-    length (called eagerly, it would otherwise compile each of its operations on its own)."""
+    the full table `values[2**n]` (a floating-point array). Pure; `vmap` it over failures.
+    Compiled once per table length (called eagerly, it would otherwise compile each of its
+    operations on its own); `attribute.clear_cache()` forgets the compiled programs."""
+    if not hasattr(values, "shape") or not hasattr(values, "dtype") or values.ndim != 1:
+        got = f"shape {tuple(values.shape)}" if hasattr(values, "shape") else type(values).__name__
+        raise TypeError(f"`values` must be a 1-D array of the 2**n coalition values, got {got}")
+    if not jnp.issubdtype(values.dtype, jnp.floating):
+        raise TypeError(f"`values` must be floating point, got {values.dtype}")
+    return _attribute(values, interactions=interactions)
+
+
+attribute.clear_cache = lambda: _attribute.clear_cache()  # noqa: E731 (see `clear_caches`)
+
+
+@functools.partial(jax.jit, static_argnames="interactions")
+def _attribute(values, interactions):
+    """`attribute`, compiled (its arguments checked)."""
     size = values.shape[-1]
     n = size.bit_length() - 1
     if n < 1 or 1 << n != size:
