@@ -63,10 +63,14 @@ def jax_random_sites(key, steps, slots, num_options):
     return jnp.stack(rows)
 
 
-def profile_size(n: int, num_failures: int, num_worlds: int) -> list[str]:
+def bench_inputs(n: int, num_failures: int, num_worlds: int):
+    """The bench_exact chain of n steps: its float32 tables, fresh worlds and pipeline."""
     tables = {k: jnp.asarray(v.astype(np.float32)) for k, v in build_tables(n, num_failures, 0).items()}
-    worlds = bj.fresh_worlds(0, num_failures, num_worlds)
-    pipeline = chain_pipeline(n)
+    return tables, bj.fresh_worlds(0, num_failures, num_worlds), chain_pipeline(n)
+
+
+def profile_size(n: int, num_failures: int, num_worlds: int) -> list[str]:
+    tables, worlds, pipeline = bench_inputs(n, num_failures, num_worlds)
     structure = discover_batch(pipeline, tables)
     players, fixes = tuple(range(n)), (1,) * n
     steps = tuple(s.step for s in structure.sites)
@@ -142,9 +146,7 @@ def profile_reduction24() -> list[str]:
 
 def profile_floor(n: int = 12, num_failures: int = 512) -> list[str]:
     """blamejax's table and whole compiled chunk against the hand-written gather chain."""
-    tables = {k: jnp.asarray(v.astype(np.float32)) for k, v in build_tables(n, num_failures, 0).items()}
-    worlds = bj.fresh_worlds(0, num_failures, 1)
-    pipeline = chain_pipeline(n)
+    tables, worlds, pipeline = bench_inputs(n, num_failures, 1)
     structure = discover_batch(pipeline, tables)
     players, fixes = tuple(range(n)), (1,) * n
 
@@ -164,11 +166,11 @@ def profile_floor(n: int = 12, num_failures: int = 512) -> list[str]:
     first_world = jax.tree_util.tree_map(lambda leaf: leaf[:, 0], worlds)
     library_fn = jax.jit(jax.vmap(library))
     hand_fn = jax.jit(jax.vmap(by_hand))
-    same = bool(np.array_equal(np.asarray(library_fn(tables, first_world)), np.asarray(hand_fn(tables, first_world))))
+    values = hand_fn(tables, first_world)
+    same = bool(np.array_equal(np.asarray(library_fn(tables, first_world)), np.asarray(values)))
     if not same:
         raise SystemExit("the hand-written coalition table differs from blamejax's")
     lib, hand = timed(library_fn, tables, first_world), timed(hand_fn, tables, first_world)
-    values = hand_fn(tables, first_world)
     reduction = timed(jax.jit(jax.vmap(lambda v: bj.attribute(v, interactions=False).shapley)), values)
     call = timed(lambda: bj.exact_blame(pipeline, tables, worlds, chunk_size=num_failures))
     per = lambda s: f"{s / (num_failures << n) * 1e9:.2f} ns"  # noqa: E731
@@ -191,9 +193,7 @@ def profile_floor(n: int = 12, num_failures: int = 512) -> list[str]:
 
 def profile_chunks(n: int = 12, num_failures: int = 8192, sizes=(128, 512, 2048)) -> list[str]:
     """`exact_blame` with several failures per compiled call; the answers must not change."""
-    tables = {k: jnp.asarray(v.astype(np.float32)) for k, v in build_tables(n, num_failures, 0).items()}
-    worlds = bj.fresh_worlds(0, num_failures, 1)
-    pipeline = chain_pipeline(n)
+    tables, worlds, pipeline = bench_inputs(n, num_failures, 1)
     rows, reference = [], None
     for size in sizes:
         call = lambda size=size: bj.exact_blame(pipeline, tables, worlds, chunk_size=size).shapley  # noqa: E731

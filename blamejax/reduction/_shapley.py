@@ -195,9 +195,6 @@ def attribute(values: Float[Array, " coalitions"], interactions: bool = True) ->
     return _attribute(values, interactions=interactions)
 
 
-attribute.clear_cache = lambda: _attribute.clear_cache()  # noqa: E731 (see `clear_caches`)
-
-
 @functools.partial(jax.jit, static_argnames="interactions")
 def _attribute(values, interactions):
     """`attribute`, compiled (its arguments checked)."""
@@ -229,3 +226,6 @@ def _attribute(values, interactions):
         empty=values[0],
         full=values[full_index],
     )
+
+
+attribute.clear_cache = _attribute.clear_cache  # forgets the compiled programs (`clear_caches`)
