@@ -22,7 +22,8 @@ from .._compile import compiled, note_trace
 from .._game import Game, make_game
 from ..coalitions import coalition_values, explain_nan_score, last_step_blame
 from ..pipeline import Hard, World, check_finite_logits, world_noise
-from ..reduction import attribute
+from ..reduction import Attribution, attribute
+from ..structured import elimination, find_graph, score_table, site_logits, site_maps, world_blame
 from ..report import (
     JSONExport,
     number,
@@ -33,6 +34,12 @@ from ._devices import failure_sharding, num_shards, place, to_local
 
 DEFAULT_MAX_STEPS = 20
 DEFAULT_BUDGET = 2**21  # scores (failure x world x coalition) per compiled call
+METHODS = ("auto", "structured", "enumerate")
+# The structured path: the most joint options its frontier (or the score's table) may hold,
+# and the numbers (site x quadrature node x frontier state, per failure and world) one
+# compiled call may keep for its reverse pass.
+DEFAULT_MAX_STATES = 2**16
+STRUCTURED_BUDGET = 2**24
 
 
 class ExactResult(JSONExport, eqx.Module):
@@ -47,6 +54,8 @@ class ExactResult(JSONExport, eqx.Module):
     - `last_step`: `Int[Array, "F W"]`, per world the index of the last step whose output
       differs between the failed and the fully fixed run, -1 if none (the naive baseline).
     - `score_range`: the declared (low, high) of the score.
+    - `method`: the path that computed it: `"structured"` (the multilinear extension of a
+      tabulated pipeline) or `"enumerate"` (every coalition).
     """
 
     steps: tuple[str, ...] = eqx.field(static=True)
@@ -59,6 +68,7 @@ class ExactResult(JSONExport, eqx.Module):
     full: Float[Array, " F"]
     last_step: Int[Array, "F W"]
     score_range: tuple[float, float] = eqx.field(static=True)
+    method: str = eqx.field(static=True, default="enumerate")
 
     @property
     def total(self) -> Float[Array, " F"]:
@@ -163,6 +173,121 @@ def _chunk_function(game: Game, interactions: bool, world_group: int, rows_per_w
     return jax.jit(chunk)
 
 
+def structured_plan(game: Game, cases, max_states: int = DEFAULT_MAX_STATES):
+    """`(elimination, graph, None)` when the structured path applies to `game`, else
+    `(None, None, reason)`: why not, in words (a free-form step, a frontier or score table
+    too wide, relaxed mode)."""
+    structure = game.structure
+    if not isinstance(game.mode, Hard):
+        return None, None, "it runs in hard (Gumbel-max) mode only, and `mode` is relaxed"
+    graph = find_graph(game.pipeline, structure, cases)
+
+    def named(site):
+        s = structure.sites[site]
+        return repr(s.step) + (f" (slot {s.slot})" if s.slot else "")
+
+    if graph.free:
+        site, reads = graph.free[0]
+        return None, None, (
+            f"step {named(site)} computes its logits from the option of "
+            f"{', '.join(named(r) for r in reads)} by free JAX code (pass the parents with "
+            "`given=` and a table with one axis per parent to make it tabulated)"
+        )
+    if graph.foreign:
+        return None, None, f"`given` of step {named(graph.foreign[0])} holds a choice its context did not return"
+    table = int(np.prod([structure.sites[s].num_options for s in graph.scope], dtype=np.int64))
+    if table > max_states:
+        return None, None, (
+            f"the score reads {len(graph.scope)} steps ({', '.join(named(s) for s in graph.scope)}), "
+            f"{table:,} joint options, above {max_states:,}"
+        )
+    elim = elimination(structure, graph, list(game.players), list(game.fixes))
+    if elim.width > max_states:
+        sites = [named(v) for v in elim.widest if v < len(structure.sites)]
+        bits = len(elim.widest) - len(sites)
+        what = ", ".join(sites) + (f" and {bits} fix bit(s)" if bits else "")
+        m = 1 + -(-game.num_players // 2)
+        need = elim.width * m * 4
+        return None, None, (
+            f"its frontier is {len(elim.widest)} wide (the joint options of {what}: "
+            f"{elim.width:,} states, above {max_states:,}; about {need / 2**20:,.0f} MiB per "
+            "failure and world at each draw)"
+        )
+    return elim, graph, None
+
+
+def resolve_method(game: Game, cases, method: str, max_steps: int):
+    """The path `exact_blame` takes: `("structured", elimination, graph)` or
+    `("enumerate", None, None)`; raises when neither applies."""
+    if method not in METHODS:
+        raise ValueError(f"`method` must be one of {list(METHODS)}, got {method!r}")
+    if not isinstance(max_steps, int) or max_steps < 1:
+        raise ValueError(f"`max_steps` must be a positive int, got {max_steps!r}")
+    n = game.num_players
+    if method == "enumerate":
+        reason = None
+    else:
+        elim, graph, reason = structured_plan(game, cases)
+        if reason is None:
+            return "structured", elim, graph
+        if method == "structured":
+            raise ValueError(f"`method='structured'` does not apply to this pipeline: {reason}")
+    if n > max_steps:
+        why = "" if reason is None else f"; the structured path does not apply because {reason}"
+        raise ValueError(
+            f"exact Shapley over n = {n} steps needs 2^{n} coalitions per failure and world, "
+            f"above `max_steps` = {max_steps}{why}. Use Monte Carlo sampling "
+            "(blamejax.mc_shapley) or raise `max_steps` deliberately"
+        )
+    return "enumerate", None, None
+
+
+@compiled("exact.structured")
+def _structured_function(game: Game, elim, graph, interactions: bool):
+    """The compiled call that blames one chunk of failures by the multilinear extension
+    (`blamejax.structured`): the same outputs as `_chunk_function`."""
+    pipeline, structure, players, _, _, _ = game
+    n = len(players)
+
+    def per_world(world, logits, score):
+        maps = site_maps(structure, logits, world_noise(structure, world), world)
+        return world_blame(elim, graph, maps, score, interactions)
+
+    def per_failure(case, worlds, threshold):
+        num_worlds = worlds.key.shape[0]
+        logits = site_logits(pipeline, structure, case)  # depend on no world
+        score = score_table(pipeline, structure, graph, case)
+        blame = jax.vmap(per_world, in_axes=(0, None, None))(worlds, logits, score)
+
+        def mean(x):
+            return x.sum(0) / num_worlds
+
+        runs = mean(blame.runs)  # v(empty), v(all), v({j}), v(N - {j})
+        empty, full = runs[0], runs[1]
+        attribution = Attribution(
+            shapley=mean(blame.shapley),
+            banzhaf=mean(blame.banzhaf),
+            fix_alone=runs[2 : 2 + n] - empty,
+            leave_one_out=full - runs[2 + n :],
+            interactions=None if blame.interactions is None else mean(blame.interactions),
+            empty=empty,
+            full=full,
+        )
+        if threshold is None:
+            hits = jnp.zeros((n,), runs.dtype)
+        else:
+            hits = mean((blame.runs[:, 2 : 2 + n] >= threshold).astype(runs.dtype))
+        return attribution, blame.low.min(), blame.high.max(), blame.last, hits
+
+    def chunk(cases, worlds, threshold=None):
+        note_trace("exact.structured")
+        attribution, lo, hi, last, resolve = jax.vmap(per_failure, in_axes=(0, 0, None))(cases, worlds, threshold)
+        stats = jnp.stack([lo.min(), hi.max(), _non_finite(cases).astype(lo.dtype)])
+        return attribution, last, stats, resolve
+
+    return jax.jit(chunk)
+
+
 def _non_finite(cases):
     """True when a floating leaf of `cases` holds NaN or +inf (-inf is allowed)."""
     flags = [
@@ -221,6 +346,7 @@ def exact_blame(
     max_steps: int = DEFAULT_MAX_STEPS,
     chunk_size: int | None = None,
     devices: Sequence | None = None,
+    method: str = "auto",
 ) -> ExactResult:
     """Exact Shapley values (and Banzhaf, fix-alone, leave-one-out, pairwise interactions
     and last-step blame) of every failure, over every coalition of its steps' fixes.
@@ -236,7 +362,16 @@ def exact_blame(
     - `interactions`: also compute the pairwise Shapley interaction index (off by default:
       it costs about 4x the reduction and n^2 memory per failure).
     - `mode`: `Hard()` (exact Gumbel-max) or `Relaxed(tau)`.
-    - `max_steps`: the largest n allowed (2^n coalitions); raise it deliberately.
+    - `max_steps`: the largest n enumeration is allowed (2^n coalitions); raise it
+      deliberately. The structured path has no such bound.
+    - `method`: `"auto"` (the default: the structured path wherever it applies, else
+      enumeration), `"structured"` or `"enumerate"`. The structured path applies in hard
+      mode to a *tabulated* pipeline, every draw's logits a table over its `given` parents'
+      options and the score a function of a few draws' options (at most 65,536 joint
+      options, and as many for the frontier the recursion carries): it integrates the
+      game's multilinear extension exactly, in O(n^2) per failure and world for a chain,
+      instead of scoring 2^n coalitions. Both give the same values up to rounding;
+      `result.method` says which ran.
     - `chunk_size`: failures per compiled call (a power of two). By default chosen so that
       a call holds at most about 2 million scores; memory is bounded by it, not by F.
     - `devices`: the devices to spread each call's failures over (`jax.sharding`: a 1-D
@@ -262,7 +397,7 @@ def exact_blame(
     interrupt_notice("exact_blame: Ctrl-C received; stopping after the current chunk of failures")
     result = exact_run(
         game, cases, worlds, interactions=interactions, max_steps=max_steps, chunk_size=chunk_size,
-        devices=devices, interruptible=True,
+        devices=devices, interruptible=True, method=method,
     )[0]
     warn_not_failures(result.empty, game.score_range)
     return result
@@ -282,6 +417,7 @@ def exact_run(
     interruptible=False,
     fixed_shape=False,
     rows_per_world=True,
+    method="auto",
 ):
     """`exact_blame` of a checked `game`, and (for `blame_batch`) with `threshold` given, the
     share of worlds in which fixing each player alone reaches it, `[F, n]`, from the same
@@ -299,33 +435,39 @@ def exact_run(
     again = dict(
         interactions=interactions, max_steps=max_steps, chunk_size=chunk_size, devices=devices,
         threshold=threshold, case_ids=case_ids, interruptible=interruptible, fixed_shape=fixed_shape,
+        method="enumerate",
     )
     num_failures = leading_size(cases)
     structure = game.structure
     # On the device once (a no-op for JAX arrays), and sliced there.
     cases = jax.tree_util.tree_map(on_device, cases)
     n = game.num_players
-    if not isinstance(max_steps, int) or max_steps < 1:
-        raise ValueError(f"`max_steps` must be a positive int, got {max_steps!r}")
-    if n > max_steps:
-        raise ValueError(
-            f"exact Shapley over n = {n} steps needs 2^{n} coalitions per failure and world, "
-            f"above `max_steps` = {max_steps}; use Monte Carlo sampling "
-            "(blamejax.mc_shapley) or raise `max_steps` deliberately"
-        )
+    method, elim, graph = resolve_method(game, cases, method, max_steps)
     num_worlds = check_worlds(worlds, num_failures, structure)
-    size = 1 << n
-    world_group = num_worlds
-    while world_group > 1 and world_group * size > DEFAULT_BUDGET:
-        world_group -= 1
-        while num_worlds % world_group:
-            world_group -= 1
-    if chunk_size is None:
-        chunk_size = max(1, DEFAULT_BUDGET // (world_group * size))
-        chunk_size = 1 << (chunk_size.bit_length() - 1)
-    elif not isinstance(chunk_size, int) or chunk_size < 1 or chunk_size & (chunk_size - 1):
+    if chunk_size is not None and (
+        not isinstance(chunk_size, int) or chunk_size < 1 or chunk_size & (chunk_size - 1)
+    ):
         raise ValueError(f"`chunk_size` must be a positive power of two, got {chunk_size!r}")
-    function = _chunk_function(game, interactions, world_group, rows_per_world)
+    if method == "structured":
+        if chunk_size is None:
+            nodes = 1 + -(-n // 2)
+            per_failure = num_worlds * len(structure.sites) * nodes * elim.width
+            if interactions:
+                per_failure *= max(1, n)
+            chunk_size = max(1, STRUCTURED_BUDGET // per_failure)
+            chunk_size = 1 << (chunk_size.bit_length() - 1)
+        function = _structured_function(game, elim, graph, interactions)
+    else:
+        size = 1 << n
+        world_group = num_worlds
+        while world_group > 1 and world_group * size > DEFAULT_BUDGET:
+            world_group -= 1
+            while num_worlds % world_group:
+                world_group -= 1
+        if chunk_size is None:
+            chunk_size = max(1, DEFAULT_BUDGET // (world_group * size))
+            chunk_size = 1 << (chunk_size.bit_length() - 1)
+        function = _chunk_function(game, interactions, world_group, rows_per_world)
     sharding = failure_sharding(devices)
     width = num_shards(sharding)
     chunk_size = max(chunk_size, width)
@@ -361,7 +503,7 @@ def exact_run(
     # v(empty) or v(all) NaN: tested on the results, which is reliable where min/max are not.
     nan = np.isnan(np.asarray(attribution.shapley)).any(axis=1)
     nan |= np.isnan(np.asarray(attribution.empty)) | np.isnan(np.asarray(attribution.full))
-    if rows_per_world and nan.any():  # a row without a valid option, maybe never reached
+    if method == "enumerate" and rows_per_world and nan.any():  # a row without a valid option, maybe never reached
         return exact_run(game, cases, worlds, rows_per_world=False, **again)
     check_scores_in_range(
         stats[:, 0].min(),
@@ -381,6 +523,7 @@ def exact_run(
         full=attribution.full,
         last_step=last,
         score_range=game.score_range,
+        method=method,
     )
     return result, (None if threshold is None else resolve)
 

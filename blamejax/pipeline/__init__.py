@@ -13,6 +13,7 @@ from ._context import ValuePlan as ValuePlan
 from ._context import World as World
 from ._context import check_choose_args as check_choose_args
 from ._context import factual_plan as factual_plan
+from ._context import hard_argmax as hard_argmax
 from ._context import world_noise as world_noise
 from ._run import plan_values as plan_values
 from ._run import run_score as run_score

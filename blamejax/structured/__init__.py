@@ -1,0 +1,21 @@
+"""Exact blame by structure: for a tabulated pipeline (every draw a table over its parents'
+options, the score a table over a few draws' options), Shapley and Banzhaf values from the
+game's multilinear extension, a forward recursion over the options, in O(n^2 K^(w+1)) per
+failure and world instead of O(n 2^n) (w: the frontier's width; 1 for a chain).
+"""
+
+from ._extension import Elimination as Elimination
+from ._extension import SiteOp as SiteOp
+from ._extension import WorldBlame as WorldBlame
+from ._extension import direct_runs as direct_runs
+from ._extension import elimination as elimination
+from ._extension import extension as extension
+from ._extension import quadrature as quadrature
+from ._extension import reachable as reachable
+from ._extension import site_maps as site_maps
+from ._extension import world_blame as world_blame
+from ._graph import Graph as Graph
+from ._graph import find_graph as find_graph
+from ._graph import read_tables as read_tables
+from ._graph import score_table as score_table
+from ._graph import site_logits as site_logits

@@ -1,0 +1,311 @@
+"""Exact blame by structure: the game's multilinear extension as a forward recursion.
+
+In one world a tabulated draw is a map from its parents' options to its own option, one map
+per variant (`hard_argmax` of its table plus the world's noise). Let every player run its
+fix independently with probability `t_j`. The expected score,
+
+    F(t) = sum over coalitions S of prod_{j in S} t_j prod_{j not in S} (1 - t_j) v(S),
+
+is the game's multilinear extension (Owen, 1972). It is a contraction of small tensors: one
+per draw (`(1 - t_j) onehot(map_fact) + t_j onehot(map_fix)`, over its parents' options and
+its own) and the score table. `extension` contracts them in the pipeline's order, carrying a
+tensor over the *frontier*: the draws that a later draw or the score still reads (and, for a
+step that draws several times, its fix bit until its last draw). For a chain the frontier is
+one draw, so a point `t` costs O(n K^2).
+
+Then `dF/dt_j` (one reverse pass) is player j's expected marginal gain when every other
+player is in the coalition with probability t_j, and
+
+- Shapley: `phi_j = integral over t in [0, 1] of dF/dt_j (t, ..., t) dt`, a polynomial of
+  degree n - 1 in t, so Gauss-Legendre with ceil(n / 2) nodes is exact up to rounding;
+- Banzhaf: `dF/dt_j` at t = 1/2;
+- pairwise Shapley interactions: the same integral of `d2F/dt_i dt_j` (Grabisch, 1997).
+
+Fix-alone, leave-one-out, v(empty), v(all) and last-step blame come from single runs made
+directly with the maps (`direct_runs`), so they are the scores themselves, as on the
+enumerating path.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..pipeline import Structure, hard_argmax
+from ._graph import Graph
+
+BATCH = -1  # the einsum label of the quadrature-node axis (site labels are >= 0)
+
+
+class SiteOp(NamedTuple):
+    """One draw of the forward contraction (static).
+
+    - `site`: the draw site; `parents`: the sites its table reads.
+    - `player`: the player whose fix switches it, or -1.
+    - `bit`: -1 when the player's fix bit is mixed in at this draw alone; otherwise the
+      frontier label of the bit (a step with several draws), opened at its first draw.
+    - `opens`: whether this draw opens `bit`.
+    - `out`: the frontier labels after this draw.
+    """
+
+    site: int
+    parents: tuple[int, ...]
+    player: int
+    fix: int
+    bit: int
+    opens: bool
+    out: tuple[int, ...]
+
+
+class Elimination(NamedTuple):
+    """The order of the contraction and what it carries (static, hashable).
+
+    - `ops`: one `SiteOp` per draw site, in pipeline order.
+    - `sizes`: the number of states of every label (a site's K, a bit's 2).
+    - `scope`: the score's sites; `site_player`: the player of each site (-1 for none).
+    - `width`: the most states the frontier holds at once (per quadrature node).
+    - `widest`: the labels of that frontier.
+    """
+
+    ops: tuple[SiteOp, ...]
+    sizes: tuple[int, ...]
+    scope: tuple[int, ...]
+    site_player: tuple[int, ...]
+    width: int
+    widest: tuple[int, ...]
+
+    @property
+    def num_players(self) -> int:
+        return 1 + max(self.site_player, default=-1)
+
+
+def elimination(structure: Structure, graph: Graph, players, fixes) -> Elimination:
+    """The contraction order for `players` (step indices) with fix variants `fixes`: the
+    draws in pipeline order, each label dropped after its last reader."""
+    num_sites = len(structure.sites)
+    site_player = []
+    for site in structure.sites:
+        step = structure.step_index(site.step)
+        site_player.append(players.index(step) if step in players else -1)
+    sizes = [site.num_options for site in structure.sites] + [2] * len(players)
+    last_read: dict[int, int] = {}
+    for s in range(num_sites):
+        for p in graph.parents[s]:
+            last_read[p] = s
+    scope = set(graph.scope)
+    draws_of: dict[int, list[int]] = {}
+    for s, j in enumerate(site_player):
+        if j >= 0:
+            draws_of.setdefault(j, []).append(s)
+    frontier: list[int] = []
+    width, widest = 1, ()
+    ops = []
+    for s in range(num_sites):
+        j = site_player[s]
+        several = j >= 0 and len(draws_of[j]) > 1
+        bit = num_sites + j if several else -1
+        opens = several and draws_of[j][0] == s
+        before = frontier + ([bit] if opens else [])
+        after = before + [s]
+        states = int(np.prod([sizes[v] for v in after], dtype=np.int64))
+        if states > width:
+            width, widest = states, tuple(after)
+        drop = {p for p in graph.parents[s] if last_read[p] == s and p not in scope}
+        if s not in scope and s not in last_read:
+            drop.add(s)
+        if several and draws_of[j][-1] == s:
+            drop.add(bit)
+        frontier = [v for v in after if v not in drop]
+        fix = fixes[j] if j >= 0 else 0
+        ops.append(SiteOp(s, tuple(graph.parents[s]), j, fix, bit, opens, tuple(frontier)))
+    return Elimination(tuple(ops), tuple(sizes), tuple(graph.scope), tuple(site_player), width, widest)
+
+
+def site_maps(structure: Structure, logits, noise, world) -> tuple:
+    """Every site's option for each variant and parent options in one world: `hard_argmax`
+    of its table plus the site's Gumbels (the world's override where valid), `[V, *K_parents]`
+    int32, -1 for a row with no valid option."""
+    maps = []
+    for s, (site, table) in enumerate(zip(structure.sites, logits)):
+        row = noise[s, : site.num_options]
+        if world.overrides is not None:
+            row = jnp.where(world.valid[s], world.overrides[s], row)
+        maps.append(hard_argmax(table, row, site.step))
+    return tuple(maps)
+
+
+def _mix(elim: Elimination, op: SiteOp, T, axes, maps, weights, dtype):
+    """One draw of the contraction: `T` over `[BATCH] + axes` times the draw's tensor.
+    `weights`: `(1 - t_j, t_j)` per batch row for the player's bit, or None for the
+    reachability pass (both weights 1)."""
+    best = maps[op.site]
+    size = elim.sizes[op.site]
+    fact = jax.nn.one_hot(best[0], size, dtype=dtype)  # [*K_parents, K]
+    ins = [BATCH] + list(axes)
+    table = list(op.parents) + [op.site]
+    out = [BATCH] + list(op.out)
+    if op.player < 0:
+        return jnp.einsum(T, ins, fact, table, out)
+    fix = jax.nn.one_hot(best[op.fix], size, dtype=dtype)
+    if op.bit < 0:
+        a = jnp.einsum(T, ins, fact, table, out)
+        b = jnp.einsum(T, ins, fix, table, out)
+        if weights is None:
+            return a + b
+        lift = (-1,) + (1,) * len(op.out)
+        return weights[0].reshape(lift) * a + weights[1].reshape(lift) * b
+    both = jnp.stack([fact, fix])  # [2, *K_parents, K]
+    return jnp.einsum(T, ins, both, [op.bit] + table, out)
+
+
+def _open_bit(T, weights):
+    """Give `T` the player's fix bit as a last axis, weighted `(1 - t_j, t_j)`."""
+    if weights is None:
+        return jnp.stack([T, T], axis=-1)
+    lift = (-1,) + (1,) * (T.ndim - 1)
+    return jnp.stack([T * weights[0].reshape(lift), T * weights[1].reshape(lift)], axis=-1)
+
+
+def extension(elim: Elimination, maps, score, t):
+    """`F(t)` for a batch of points `t` (`[B, n]`, the players' probabilities): `[B]`. The
+    score table must be finite wherever it can be reached (see `reachable`)."""
+    dtype = t.dtype
+    T = jnp.ones((t.shape[0],), dtype)
+    axes: tuple[int, ...] = ()
+    for op in elim.ops:
+        weights = None
+        if op.player >= 0:
+            tj = t[:, op.player]
+            weights = (1 - tj, tj)
+        if op.opens:
+            T, axes = _open_bit(T, weights), axes + (op.bit,)
+        T = _mix(elim, op, T, axes, maps, weights if op.bit < 0 else None, dtype)
+        axes = op.out
+    return jnp.einsum(T, [BATCH] + list(axes), score.astype(dtype), list(elim.scope), [BATCH])
+
+
+def reachable(elim: Elimination, maps, dtype):
+    """Which joint options of the score's sites some coalition reaches (`[K_scope...]`, 0 or
+    1) and whether some coalition draws from a row with no valid option: the contraction
+    with every weight 1, clipped to 1 after each draw."""
+    T = jnp.ones((1,), dtype)
+    axes: tuple[int, ...] = ()
+    invalid = jnp.asarray(False)
+    for op in elim.ops:
+        if op.opens:
+            T, axes = _open_bit(T, None), axes + (op.bit,)
+        best = maps[op.site]
+        if op.player >= 0:
+            rows = jnp.stack([best[0], best[op.fix]])
+        else:
+            rows = best[:1]
+        bad = (rows < 0).astype(dtype)  # [variants seen, *K_parents]
+        ins = [BATCH] + list(axes)
+        if op.bit >= 0:
+            hit = jnp.einsum(T, ins, bad, [op.bit] + list(op.parents), [])
+        else:
+            hit = jnp.einsum(T, ins, bad.sum(0), list(op.parents), [])
+        invalid = invalid | (hit > 0)
+        T = jnp.minimum(_mix(elim, op, T, axes, maps, None, dtype), 1)
+        axes = op.out
+    order = [list(axes).index(s) + 1 for s in elim.scope]
+    return jnp.transpose(T, [0] + order)[0], invalid
+
+
+def direct_runs(elim: Elimination, graph: Graph, maps, score, bits):
+    """Single runs made with the maps: for each row of `bits` (`Bool[Array, "B n"]`, the
+    players that run their fix) the option of every site `[B, sites]`, whether a draw had no
+    valid option `[B]`, and the score `[B]`."""
+    options, invalid = [], jnp.zeros(bits.shape[0], bool)
+    for op in elim.ops:
+        best = maps[op.site]
+        variant = jnp.zeros(bits.shape[0], jnp.int32)
+        if op.player >= 0:
+            variant = bits[:, op.player].astype(jnp.int32) * op.fix
+        chosen = best[(variant,) + tuple(options[p] for p in graph.parents[op.site])]
+        invalid = invalid | (chosen < 0)
+        options.append(jnp.maximum(chosen, 0))
+    values = score[tuple(options[s] for s in elim.scope)] if elim.scope else jnp.broadcast_to(score, bits.shape[:1])
+    return jnp.stack(options, axis=1), invalid, values
+
+
+@functools.cache
+def quadrature(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Gauss-Legendre nodes and weights on [0, 1] (float64) that integrate a polynomial of
+    degree n - 1 exactly: ceil(n / 2) nodes."""
+    m = max(1, -(-n // 2))
+    x, w = np.polynomial.legendre.leggauss(m)
+    return (x + 1) / 2, w / 2
+
+
+class WorldBlame(NamedTuple):
+    """What one failure in one world gives (`n` players).
+
+    - `shapley`, `banzhaf`: `[n]`; `interactions`: `[n, n]` or None.
+    - `runs`: `[2 + 2n]` scores of the direct runs: v(empty), v(all), v({j}), v(N - {j}).
+    - `last`: the last player whose option differs between the failed and the fixed run, -1.
+    - `low`, `high`: the lowest and highest score some coalition reaches; `bad`: whether
+      some coalition's score is NaN or draws from a row with no valid option.
+    """
+
+    shapley: jax.Array
+    banzhaf: jax.Array
+    interactions: jax.Array | None
+    runs: jax.Array
+    last: jax.Array
+    low: jax.Array
+    high: jax.Array
+    bad: jax.Array
+
+
+def world_blame(elim: Elimination, graph: Graph, maps, score, interactions: bool = False) -> WorldBlame:
+    """Exact blame of one failure in one world from its maps and score table (pure; `vmap`
+    it over worlds and failures)."""
+    n = elim.num_players
+    dtype = jnp.result_type(float)
+    score = score.astype(dtype)
+    reach, invalid = reachable(elim, maps, dtype)
+    hit = reach > 0
+    bad = invalid | jnp.any(hit & ~jnp.isfinite(score))
+    low = jnp.min(jnp.where(hit, score, jnp.inf))
+    high = jnp.max(jnp.where(hit, score, -jnp.inf))
+    safe = jnp.where(hit & jnp.isfinite(score), score, 0)
+    nodes, weights = quadrature(n)
+    points = np.concatenate([[0.5], nodes])
+    t = jnp.broadcast_to(jnp.asarray(points, dtype)[:, None], (points.size, n))
+    gains = jax.grad(lambda t: extension(elim, maps, safe, t).sum())(t)  # [1 + m, n]
+    w = jnp.asarray(weights, dtype)
+    shapley = w @ gains[1:]
+    banzhaf = gains[0]
+    pairs = None
+    if interactions:
+        def hessian(point):
+            return jax.hessian(lambda u: extension(elim, maps, safe, u[None])[0])(point)
+
+        H = jax.vmap(hessian)(t[1:])  # [m, n, n]
+        pairs = jnp.einsum("m,mij->ij", w, H)
+        pairs = jnp.where(jnp.eye(n, dtype=bool), 0, pairs)
+    eye = np.eye(n, dtype=bool)
+    bits = np.concatenate([np.zeros((1, n), bool), np.ones((1, n), bool), eye, ~eye])
+    options, run_invalid, runs = direct_runs(elim, graph, maps, safe, jnp.asarray(bits))
+    bad = bad | jnp.any(run_invalid)
+    differs = options[0] != options[1]
+    player = np.asarray(elim.site_player)
+    differs = differs & jnp.asarray(player >= 0)
+    last_site = jnp.max(jnp.where(differs, jnp.arange(player.size), -1))
+    last = jnp.where(last_site >= 0, jnp.asarray(player)[jnp.maximum(last_site, 0)], -1)
+    nan = jnp.where(bad, jnp.nan, 0).astype(dtype)
+    return WorldBlame(
+        shapley=shapley + nan,
+        banzhaf=banzhaf + nan,
+        interactions=None if pairs is None else pairs + nan,
+        runs=runs.astype(dtype) + nan,
+        last=last.astype(jnp.int32),
+        low=low,
+        high=high,
+        bad=bad,
+    )
