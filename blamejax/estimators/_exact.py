@@ -262,13 +262,13 @@ def _structured_function(game: Game, elim, graph, interactions: bool):
         def mean(x):
             return x.sum(0) / num_worlds
 
-        runs = mean(blame.runs)  # v(empty), v(all), v({j}), v(N - {j})
+        runs = mean(blame.runs)  # v(empty), v(all), v({j})
         empty, full = runs[0], runs[1]
         attribution = Attribution(
             shapley=mean(blame.shapley),
             banzhaf=mean(blame.banzhaf),
-            fix_alone=runs[2 : 2 + n] - empty,
-            leave_one_out=full - runs[2 + n :],
+            fix_alone=runs[2:] - empty,
+            leave_one_out=mean(blame.leave_one_out),
             interactions=None if blame.interactions is None else mean(blame.interactions),
             empty=empty,
             full=full,
