@@ -23,7 +23,7 @@ from .._game import Game, make_game
 from ..coalitions import coalition_values, explain_nan_score, last_step_blame
 from ..pipeline import Hard, World, check_finite_logits, world_noise
 from ..reduction import Attribution, attribute
-from ..structured import elimination, find_graph, score_table, site_logits, site_maps, world_blame
+from ..structured import chain_maps, elimination, find_graph, score_table, site_logits, site_maps, world_blame
 from ..report import (
     JSONExport,
     number,
@@ -250,7 +250,11 @@ def _structured_function(game: Game, elim, graph, interactions: bool):
     n = len(players)
 
     def per_world(world, logits, score):
-        maps = site_maps(structure, logits, world_noise(structure, world), world)
+        noise = world_noise(structure, world)
+        if elim.chain and not interactions:
+            chain = chain_maps(structure, elim, logits, noise, world)
+            return world_blame(elim, graph, None, score, chain=chain)
+        maps = site_maps(structure, logits, noise, world)
         return world_blame(elim, graph, maps, score, interactions)
 
     def per_failure(case, worlds, threshold):

@@ -286,6 +286,28 @@ def chain_arrays(elim: Elimination, maps):
     return jnp.stack(fact), jnp.stack(fix)
 
 
+def chain_maps(structure: Structure, elim: Elimination, logits, noise, world):
+    """`chain_arrays(elim, site_maps(...))` with one `hard_argmax` for every draw after the
+    root, their tables stacked (when they have as many variants), so that the compiled
+    program holds a few operations per draw instead of a dozen."""
+    rest = logits[1:]
+    if not rest or len({table.shape for table in rest}) != 1 or len({t.dtype for t in rest}) != 1:
+        return chain_arrays(elim, site_maps(structure, logits, noise, world))
+    size = elim.sizes[0]
+    rows = noise[:, :size]
+    if world.overrides is not None:
+        rows = jnp.where(jnp.stack(world.valid)[:, None], jnp.stack(world.overrides), rows)
+    root = hard_argmax(logits[0], rows[0], structure.sites[0].step)  # [V0]
+    best = hard_argmax(jnp.stack(rest), rows[1:, None, None, :], structure.sites[1].step)  # [n-1, V, K]
+    fixes = np.asarray([op.fix if op.player >= 0 else 0 for op in elim.ops], np.int32)
+    first = elim.ops[0]
+    fact = jnp.concatenate([jnp.broadcast_to(root[0], (1, size)), best[:, 0]])
+    fix_root = root[fixes[0]] if first.player >= 0 else root[0]
+    picked = jnp.take_along_axis(best, jnp.asarray(fixes[1:])[:, None, None], axis=1)[:, 0]
+    fix = jnp.concatenate([jnp.broadcast_to(fix_root, (1, size)), picked])
+    return fact, fix
+
+
 def chain_gains(fact, fix, weights, score):
     """`dF/dt` of a chain at a batch of points: `[sites, B]` for `weights [sites, B]`, each
     draw's probability of running its fix (0 for a non-player). A forward scan carries the
@@ -355,9 +377,12 @@ def chain_runs(elim: Elimination, fact, fix, score, bits):
     return jnp.maximum(options, 0).T, invalid, values
 
 
-def world_blame(elim: Elimination, graph: Graph, maps, score, interactions: bool = False) -> WorldBlame:
+def world_blame(
+    elim: Elimination, graph: Graph, maps, score, interactions: bool = False, chain=None
+) -> WorldBlame:
     """Exact blame of one failure in one world from its maps and score table (pure; `vmap`
-    it over worlds and failures)."""
+    it over worlds and failures). For a chain, `chain` may hold `(fact, fix)` made by
+    `chain_maps`; `maps` is then needed only for `interactions`."""
     n = elim.num_players
     dtype = jnp.result_type(float)
     score = score.astype(dtype)
@@ -370,7 +395,7 @@ def world_blame(elim: Elimination, graph: Graph, maps, score, interactions: bool
     eye = np.eye(n, dtype=bool)
     bits = jnp.asarray(np.concatenate([np.zeros((1, n), bool), np.ones((1, n), bool), eye]))
     if elim.chain:
-        fact, fix = chain_arrays(elim, maps)
+        fact, fix = chain if chain is not None else chain_arrays(elim, maps)
         reach, invalid = chain_reachable(elim, fact, fix, dtype)
     else:
         reach, invalid = reachable(elim, maps, dtype)
