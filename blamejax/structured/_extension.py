@@ -326,13 +326,14 @@ def chain_gains(fact, fix, weights, score):
 
     def forward(a, x):
         f, g, w = x
+        w = w[None, :]
         return (1 - w) * push(a, f) + w * push(a, g), a
 
     _, before = jax.lax.scan(forward, start, (fact, fix, weights))
 
     def backward(b, x):
         f, g, w, a = x
-        bf, bg = b[f], b[g]
+        bf, bg, w = b[f], b[g], w[None, :]
         return (1 - w) * bf + w * bg, (a * (bg - bf)).sum(0)
 
     end = jnp.broadcast_to(jnp.reshape(score, (-1, 1)).astype(dtype), (size, points))
