@@ -29,6 +29,7 @@ from ._cache import SCHEMA as SCHEMA
 from ._cache import Cache as Cache
 from ._cache import CacheError as CacheError
 from ._cache import OfflineMiss as OfflineMiss
+from ._fixes import score_fixes as score_fixes
 from ._lazy import LazyFill as LazyFill
 from ._lazy import fill_lazily as fill_lazily
 from ._meter import Meter as Meter

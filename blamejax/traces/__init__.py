@@ -43,9 +43,13 @@ from ._format import read_report as read_report
 from ._format import to_record as to_record
 from ._format import validate as validate
 from ._format import write as write
+from ._logprobs import choice_from_response as choice_from_response
+from ._logprobs import logits_from_response as logits_from_response
 from ._readout import Readout as Readout
 from ._readout import blame_predictions as blame_predictions
 from ._readout import readout as readout
+from ._record import decision_attributes as decision_attributes
+from ._record import record_decision as record_decision
 from ._spans import from_openinference as from_openinference
 from ._spans import from_otel as from_otel
 from ._whowhen import from_whowhen as from_whowhen
