@@ -1,6 +1,7 @@
 """A small HTTP server on 127.0.0.1 that answers like the two model APIs on the endpoints
 the scorer adapters use (`POST /v1/chat/completions`, `POST /v1/messages`), for
-tests/test_scorers.py. Each reply is scripted by the test; every request is recorded."""
+tests/test_scorers.py and tests/test_traces_instrumented.py. Each reply is scripted by the
+test; every request is recorded."""
 
 from __future__ import annotations
 
@@ -49,6 +50,26 @@ def letters_model(body):
     seed = sum(map(ord, prompt))
     top = {letter: -0.125 * ((seed * (i + 3)) % 29) for i, letter in enumerate(letters)}
     return Reply(chat(letters[0] if letters else "", top))
+
+
+def rules_model(rules, fallback=letters_model):
+    """Chat completions that answer from `rules`, `[(text, {token: logprob})]`: the first rule
+    whose text is in one of the request's messages answers with its most probable token, and
+    with the log-probabilities (best first, at most `top_logprobs`) when the request asks for
+    them (`logprobs=True`), as a real server does. Requests no rule matches go to `fallback`."""
+
+    def model(body):
+        texts = [m.get("content") for m in body.get("messages", [])]
+        for text, table in rules:
+            if any(isinstance(t, str) and text in t for t in texts):
+                ranked = dict(sorted(table.items(), key=lambda kv: -kv[1]))
+                if not body.get("logprobs"):
+                    return Reply(chat(next(iter(ranked))))
+                top = dict(list(ranked.items())[: body.get("top_logprobs") or 1])
+                return Reply(chat(next(iter(top)), top))
+        return fallback(body)
+
+    return model
 
 
 class FakeAPI:
