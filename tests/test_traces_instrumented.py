@@ -216,7 +216,6 @@ def test_openai_v2_spans_to_blame(api, providers, tmp_path, monkeypatch):
     each chat step holds the model's text and tokens; blamed: the planner, at `plan`."""
     from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
 
-    monkeypatch.setenv("OTEL_SEMCONV_STABILITY_OPT_IN", "gen_ai_latest_experimental")
     monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "SPAN_ONLY")
     path = tmp_path / "spans.jsonl"
     tracer = providers(OpenAIInstrumentor(), OTLPJsonLines(path))
@@ -237,7 +236,6 @@ def test_openai_v2_log_records_to_blame(api, providers, tmp_path, monkeypatch):
     logs file beside the spans file, joined to their spans by from_otel."""
     from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
 
-    monkeypatch.setenv("OTEL_SEMCONV_STABILITY_OPT_IN", "gen_ai_latest_experimental")
     monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "EVENT_ONLY")
     folder = tmp_path / "export"
     folder.mkdir()
