@@ -108,9 +108,10 @@ class OTLPLogsJsonLines(LogRecordExporter):
         return True
 
 
-def run_pipeline(client, tracer, convention):
+def run_pipeline(client, tracer, convention, *, outcome_on_root=False):
     """The pipeline: each agent asks its model, and its decision is marked. Returns the trace
-    id (hex, as the SDK shows it) and whether the run passed."""
+    id (hex, as the SDK shows it) and whether the run passed, which `outcome_on_root` also
+    writes on the root span (`outcome.passed`)."""
     with tracer.start_as_current_span("pipeline") as root:
         passed = True
         for agent, step, options, accept in AGENTS:
@@ -133,6 +134,8 @@ def run_pipeline(client, tracer, convention):
                     accept=accept, tracer=tracer,
                 )
                 passed = passed and choice in accept
+        if outcome_on_root:
+            root.set_attribute("outcome.passed", passed)
         return format(root.get_span_context().trace_id, "032x"), passed
 
 
@@ -211,13 +214,15 @@ def client_of(api):
     return openai.OpenAI(base_url=f"{api.url}/v1", api_key="test", timeout=5.0, max_retries=0)
 
 
-def test_openai_v2_spans_to_blame(api, providers, tmp_path, monkeypatch):
-    """openai-v2 with content on the spans (SPAN_ONLY), OTLP JSON lines: imported by from_otel,
-    each chat step holds the model's text and tokens; blamed: the planner, at `plan`."""
+@pytest.mark.parametrize("name", ["spans.jsonl", "spans.json"])
+def test_openai_v2_spans_to_blame(api, providers, tmp_path, monkeypatch, name):
+    """openai-v2 with content on the spans (SPAN_ONLY), OTLP JSON lines (named .json too, as
+    the collector's file exporter example names them): imported by from_otel, each chat step
+    holds the model's text and tokens; blamed: the planner, at `plan`."""
     from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
 
     monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "SPAN_ONLY")
-    path = tmp_path / "spans.jsonl"
+    path = tmp_path / name
     tracer = providers(OpenAIInstrumentor(), OTLPJsonLines(path))
     tid, passed = run_pipeline(client_of(api), tracer, "otel")
     assert passed is False
@@ -270,14 +275,15 @@ def test_openinference_spans_to_blame(api, providers, tmp_path):
 
 
 def test_openinference_console_to_blame(api, providers, tmp_path):
-    """The same run printed by the SDK's ConsoleSpanExporter to a file, as users write it."""
+    """The same run printed by the SDK's ConsoleSpanExporter to a file, as users write it,
+    its outcome written on the root span (`outcome.passed`), so no `outcomes=` is needed."""
     from openinference.instrumentation.openai import OpenAIInstrumentor
 
     path = tmp_path / "spans.log"
     with open(path, "w", encoding="utf-8") as out:
         tracer = providers(OpenAIInstrumentor(), ConsoleSpanExporter(out=out))
-        tid, _ = run_pipeline(client_of(api), tracer, "openinference")
-    runs = bj.traces.from_openinference(path, outcomes={tid: False})
+        tid, _ = run_pipeline(client_of(api), tracer, "openinference", outcome_on_root=True)
+    runs = bj.traces.from_openinference(path)
     check_blame(runs, tid, api, tmp_path)
 
 
