@@ -54,13 +54,25 @@ def slow_batch(path=None, **kwargs):
     return bj.blame_batch(slow_pipeline, slow_cases(), 0, checkpoint=path, **(SLOW | kwargs))
 
 
+# The child says "ready" once blame_batch has put its own SIGINT handler in place (a thread
+# watches for it), not before the call: under load, building the call's arguments can take
+# longer than any fixed wait, and a Ctrl-C then would meet Python's handler, not the library's.
+ANNOUNCE = """
+import signal, threading, time
+def _announce():
+    while type(signal.getsignal(signal.SIGINT)).__name__ != "_DeferredInterrupt":
+        time.sleep(0.001)
+    print("ready", flush=True)
+threading.Thread(target=_announce, daemon=True).start()
+"""
+
 CHILD = f"""
 import signal
 signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
 import sys
 sys.path.insert(0, {HERE!r})
 import test_checkpoint as t
-print("ready", flush=True)
+{ANNOUNCE}
 t.slow_batch(sys.argv[1])
 print("finished", flush=True)
 """
@@ -205,7 +217,7 @@ def test_ctrl_c_in_a_subprocess_never_crashes(tmp_path, reference, moment):
     try:
         assert child.stdout.readline().strip() == "ready"
         if moment == "while compiling":
-            time.sleep(0.5)  # jax is imported; the first compiled calls take seconds
+            time.sleep(0.5)  # inside blame_batch, its first compiled calls take seconds
         else:
             _wait_for(lambda: os.path.exists(path), child, timeout=240)
         child.send_signal(signal.SIGINT)
