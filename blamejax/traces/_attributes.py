@@ -49,24 +49,54 @@ def _tokens(attributes, keys, used) -> dict | None:
     return counts or None
 
 
-def otel_fields(span, agent_above, used) -> dict:
-    """Step fields from OpenTelemetry GenAI attributes (`used`: the attributes consumed)."""
+def _choice_text(body) -> str | None:
+    """The message text of a `gen_ai.choice` event's body (the older GenAI events)."""
+    message = body.get("message") if isinstance(body, dict) else None
+    content = message.get("content") if isinstance(message, dict) else None
+    return content if isinstance(content, str) else None
+
+
+def _is_agent_span(span) -> bool:
     a = span["attributes"]
-    agent = a.get("gen_ai.agent.name")
-    if isinstance(agent, str) and agent:
-        used.add("gen_ai.agent.name")
-    else:
+    return a.get("gen_ai.operation.name") == "invoke_agent" or span["name"].split(" ")[0] == "invoke_agent"
+
+
+def otel_fields(span, above, used) -> dict:
+    """Step fields from OpenTelemetry GenAI attributes (`used`: the attributes consumed).
+
+    `above` is `(agent, from_agent_span)` of the parent step. The agent is that of the
+    nearest `invoke_agent` span, itself included: its `gen_ai.agent.name`, else its span name
+    after "invoke_agent "; a span under one keeps its own `gen_ai.agent.name` (an
+    instrumentation's default, say) in `extra`. Outside every agent span, a span's own
+    `gen_ai.agent.name`, else its parent's agent. The returned `"from_agent_span"` says which
+    rule named the agent (for the children)."""
+    a = span["attributes"]
+    agent_above, from_agent_span = above
+    own = a.get("gen_ai.agent.name")
+    own = own if isinstance(own, str) and own else None
+    if _is_agent_span(span):
+        named = span["name"].partition(" ")[2].strip() or None
+        agent, from_agent_span = own or named or agent_above, True
+    elif from_agent_span or own is None:
         agent = agent_above
+    else:
+        agent = own
+    if own is not None and own == agent:
+        used.add("gen_ai.agent.name")
     output = _text(a.get("gen_ai.output.messages"))
     if output is None and isinstance(a.get("gen_ai.tool.call.result"), str):
         output = a["gen_ai.tool.call.result"]
-    for event in span["events"]:  # messages captured as events rather than attributes
+    for event in [*span["events"], *span.get("logs", ())]:  # content captured as events or logs
         if output is None and isinstance(event, dict):
-            output = _text(event["attributes"].get("gen_ai.output.messages"))
+            attributes = event.get("attributes") or {}
+            output = _text(attributes.get("gen_ai.output.messages"))
+            if output is None and event.get("name") == "gen_ai.choice":
+                output = _choice_text(event.get("body"))
     tokens = _tokens(
         a, (("input", "gen_ai.usage.input_tokens"), ("output", "gen_ai.usage.output_tokens")), used
     )
-    return dict(agent=agent, output=output, tokens=tokens)
+    fields = dict(agent=agent, output=output, tokens=tokens, from_agent_span=from_agent_span)
+    return decision_fields(a, fields, used)
 
 
 def _list(a, key, used, kind):
@@ -106,43 +136,25 @@ DECISION_CHOICE = "decision.choice"
 DECISION_ACCEPT = "decision.accept"
 
 
-def openinference_fields(span, agent_above, used) -> dict:
-    """Step fields from OpenInference attributes (`used`: the attributes consumed)."""
-    a = span["attributes"]
-    kind = a.get("openinference.span.kind")
-    agent = a.get("agent.name")
-    if isinstance(agent, str) and agent:
-        used.add("agent.name")
-    elif kind == "AGENT":
-        agent = span["name"]  # an AGENT span without agent.name is named after its agent
-    else:
-        agent = agent_above
-    output = a.get("output.value")
-    if isinstance(output, str):
-        used.add("output.value")
-    else:
-        found = (re.fullmatch(r"llm\.output_messages\.(\d+)\.message\.content", k) for k in a)
-        contents = sorted((int(m.group(1)), a[m.group(0)]) for m in found if m)  # by index
-        output = "\n".join(c for _, c in contents if isinstance(c, str)) or None
-    tokens = _tokens(
-        a, (("input", "llm.token_count.prompt"), ("output", "llm.token_count.completion")), used
-    )
-    fields = dict(agent=agent, output=output, tokens=tokens)
-    if kind != "DECISION" and DECISION_OPTIONS not in a:
+def decision_fields(a, fields, used) -> dict:
+    """`fields` with a decision's options, logits, choice and accept when the attributes
+    `a` hold `decision.*` (a span of kind DECISION must)."""
+    if a.get("openinference.span.kind") != "DECISION" and DECISION_OPTIONS not in a:
         return fields
     if DECISION_OPTIONS not in a:
         raise Bad(f"{DECISION_OPTIONS}: a DECISION span needs its options (a list of strings)")
     options = tuple(_list(a, DECISION_OPTIONS, used, str))
     fields["options"] = options
-    if DECISION_PROBABILITIES in a:
-        logits = {"factual": _log_probabilities(a, DECISION_PROBABILITIES, len(options), used)}
-        if DECISION_FIX_PROBABILITIES in a:
-            logits["fix"] = _log_probabilities(a, DECISION_FIX_PROBABILITIES, len(options), used)
-        fields["logits"] = logits
-    elif DECISION_FIX_PROBABILITIES in a:
+    if DECISION_PROBABILITIES not in a:
         raise Bad(
-            f"{DECISION_FIX_PROBABILITIES}: given without {DECISION_PROBABILITIES} (what ran)"
+            f"{DECISION_PROBABILITIES}: missing: a decision with options needs the probabilities "
+            "of its options in the run (what ran), one per option; record the decision with "
+            "bj.traces.record_decision(name, options, logits, choice)"
         )
+    logits = {"factual": _log_probabilities(a, DECISION_PROBABILITIES, len(options), used)}
+    if DECISION_FIX_PROBABILITIES in a:
+        logits["fix"] = _log_probabilities(a, DECISION_FIX_PROBABILITIES, len(options), used)
+    fields["logits"] = logits
     if DECISION_CHOICE in a:
         choice = a[DECISION_CHOICE]
         if not isinstance(choice, str) or choice not in options:
@@ -154,3 +166,39 @@ def openinference_fields(span, agent_above, used) -> dict:
     if DECISION_ACCEPT in a:
         fields["accept"] = tuple(_list(a, DECISION_ACCEPT, used, str))
     return fields
+
+
+def openinference_fields(span, above, used) -> dict:
+    """Step fields from OpenInference attributes (`used`: the attributes consumed).
+
+    `above` is `(agent, from_agent_span)` of the parent step. An AGENT span names its agent:
+    `agent.name`, else its span name, except a root AGENT span without `agent.name` (the
+    workflow that holds the run, not an agent), which names none. A span under an AGENT span
+    that named an agent takes that agent (its own `agent.name` stays in `extra`); elsewhere
+    its own `agent.name`, else its parent's agent. The output is the text of
+    `llm.output_messages.<i>.message.content` (in index order), else `output.value` (the
+    raw `output.value` of an LLM span, the chat completion's JSON, stays in `extra`)."""
+    a = span["attributes"]
+    kind = a.get("openinference.span.kind")
+    agent_above, from_agent_span = above
+    own = a.get("agent.name")
+    own = own if isinstance(own, str) and own else None
+    if kind == "AGENT" and (own or span["parent"] is not None):
+        agent, from_agent_span = own or span["name"], True
+    elif from_agent_span or own is None:
+        agent = agent_above
+    else:
+        agent = own
+    if own is not None and own == agent:
+        used.add("agent.name")
+    found = (re.fullmatch(r"llm\.output_messages\.(\d+)\.message\.content", k) for k in a)
+    contents = sorted((int(m.group(1)), a[m.group(0)]) for m in found if m)  # by index
+    output = "\n".join(c for _, c in contents if isinstance(c, str)) or None
+    if output is None and isinstance(a.get("output.value"), str):
+        output = a["output.value"]
+        used.add("output.value")
+    tokens = _tokens(
+        a, (("input", "llm.token_count.prompt"), ("output", "llm.token_count.completion")), used
+    )
+    fields = dict(agent=agent, output=output, tokens=tokens, from_agent_span=from_agent_span)
+    return decision_fields(a, fields, used)

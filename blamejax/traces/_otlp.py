@@ -4,15 +4,20 @@ An export is `{"resourceSpans": [{"resource", "scopeSpans": [{"scope", "spans": 
 (the OTLP/JSON encoding: hex ids, int64 values as strings, attributes as
 `[{"key", "value": {"stringValue" | "intValue" | "doubleValue" | "boolValue" | "arrayValue" |
 "kvlistValue" | "bytesValue": ...}}]`). A `.json` file holds one export, a `.jsonl` file one
-per line (as a collector's file exporter writes them).
+per line (as a collector's file exporter writes them), whatever its name (`_sniff.py` reads
+the content). Log records (`{"resourceLogs": [{"resource", "scopeLogs": [{"scope",
+"logRecords": [...]}]}]}`) are flattened the same way, to be joined to their spans.
+
+Ids are hex (OTLP/JSON); the base64 ids protobuf's `MessageToJson` writes are converted to
+hex, and the span says so (`base64`).
 """
 
-import json
+import base64
+import binascii
 import re
-from pathlib import Path
 
 from ._check import shown
-from ._format import Problem, list_files, split_lines
+from ._format import Problem
 
 _STATUS = {
     0: "UNSET", 1: "OK", 2: "ERROR",
@@ -74,89 +79,77 @@ def decode_attributes(items) -> dict:
     return out
 
 
-def _natural(path: Path):
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path.name)]
-
-
-def _documents(file: Path, problems):
-    """(line or None, parsed object) for each OTLP export in a file; a .jsonl file holds one
-    per line (as the collector's file exporter writes), a .json file one in all."""
-    try:
-        text = file.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as e:
-        problems.append(Problem(str(file), None, "", f"cannot be read as UTF-8 text: {e}"))
-        yield None, _UNREADABLE
-        return
-    chunks = (
-        [(n, t) for n, t in enumerate(split_lines(text), 1) if t.strip()]
-        if file.suffix == ".jsonl"
-        else [(None, text)]
-    )
-    for line, chunk in chunks:
+def hex_id(value: str, size: int) -> tuple[str, bool]:
+    """An id as hex, and whether it was base64: `size` bytes (16 for a trace, 8 for a span)
+    written as 2 * size hex digits stay as they are; their base64 (as protobuf's
+    `MessageToJson` writes ids) becomes hex; anything else is kept as written."""
+    if re.fullmatch(f"[0-9a-fA-F]{{{2 * size}}}", value):
+        return value, False
+    if len(value) == 4 * -(-size // 3):
         try:
-            yield line, json.loads(chunk, parse_constant=str)
-        except json.JSONDecodeError as e:
-            where = line if line is not None else e.lineno
-            problems.append(
-                Problem(str(file), where, "", f"not valid JSON: {e.msg} at column {e.colno}")
+            raw = base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            return value, False
+        if len(raw) == size:
+            return raw.hex(), True
+    return value, False
+
+
+def read_export(doc, kind, where, problems, spans, logs) -> tuple[dict[str, int], int]:
+    """The spans (kind "otlp-spans") or log records ("otlp-logs") of one OTLP JSON export,
+    flattened and appended to `spans` or `logs`; returns the number of unreadable spans of
+    each trace id, and the number of parts that could not be read at all."""
+    broken, skipped = {}, 0
+    top, scoped_key, items_key = (
+        ("resourceSpans", "scopeSpans", "spans")
+        if kind == "otlp-spans"
+        else ("resourceLogs", "scopeLogs", "logRecords")
+    )
+    resources = doc.get(top)
+    if not isinstance(resources, list):
+        message = f"expected a list of resource blocks, got {shown(resources)}"
+        problems.append(Problem(**where, field=top, message=message))
+        return broken, 1
+    for r, block in enumerate(resources):
+        field = f"{top}[{r}]"
+        try:
+            block = _object(block, field)
+            resource = decode_attributes(
+                _object(block.get("resource"), f"{field}.resource").get("attributes")
             )
-            yield line, _UNREADABLE
-
-
-def read_spans(path, problems) -> tuple[list[dict], dict[str, int], int]:
-    """Every readable span of every export under `path`, flattened; the number of unreadable
-    spans of each trace id; the number of exports (or parts of one) and of spans without a
-    trace id that could not be read at all."""
-    out, broken, skipped = [], {}, 0
-    for file in list_files(path, (".json", ".jsonl"), "span", key=_natural):
-        for line, doc in _documents(file, problems):
-            where = dict(file=str(file), line=line)
-            if doc is _UNREADABLE:
+            scoped_list = _list_of(block.get(scoped_key), f"{field}.{scoped_key}")
+        except Bad as e:
+            problems.append(Problem(**where, field=field, message=str(e)))
+            skipped += 1
+            continue
+        for i, scoped in enumerate(scoped_list):
+            try:
+                scoped = _object(scoped, f"{scoped_key}[{i}]")
+                scope = _object(scoped.get("scope"), f"{scoped_key}[{i}].scope")
+                items = _list_of(scoped.get(items_key), f"{scoped_key}[{i}].{items_key}")
+            except Bad as e:
+                problems.append(Problem(**where, field=field, message=str(e)))
                 skipped += 1
                 continue
-            resources = doc.get("resourceSpans") if isinstance(doc, dict) else None
-            if not isinstance(resources, list):
-                problems.append(
-                    Problem(
-                        **where,
-                        field="resourceSpans",
-                        message=f'expected an OTLP JSON export {{"resourceSpans": [...]}}, got {shown(doc)}',
-                    )
-                )
-                skipped += 1
-                continue
-            for r, block in enumerate(resources):
-                field = f"resourceSpans[{r}]"
-                try:
-                    block = _object(block, field)
-                    resource = decode_attributes(
-                        _object(block.get("resource"), f"{field}.resource").get("attributes")
-                    )
-                    scoped_list = _list_of(block.get("scopeSpans"), f"{field}.scopeSpans")
-                except Bad as e:
-                    problems.append(Problem(**where, field=field, message=str(e)))
-                    skipped += 1
-                    continue
-                for i, scoped in enumerate(scoped_list):
-                    try:
-                        scoped = _object(scoped, f"scopeSpans[{i}]")
-                        scope = _object(scoped.get("scope"), f"scopeSpans[{i}].scope")
-                        spans = _list_of(scoped.get("spans"), f"scopeSpans[{i}].spans")
-                    except Bad as e:
-                        problems.append(Problem(**where, field=field, message=str(e)))
+            for j, item in enumerate(items):
+                if kind == "otlp-logs":
+                    record = _flatten_log(item, f"{items_key}[{j}]", resource, scope, where, problems)
+                    if record is not None:
+                        logs.append(record)
+                    else:
                         skipped += 1
-                        continue
-                    for span in spans:
-                        item = _flatten(span, resource, scope, where, problems)
-                        if item is not None:
-                            out.append(item)
-                            continue
-                        tid = span.get("traceId") if isinstance(span, dict) else None
-                        if isinstance(tid, str) and tid:
-                            broken[tid] = broken.get(tid, 0) + 1
-                        else:
-                            skipped += 1
-    return out, broken, skipped
+                    continue
+                flat = _flatten(item, resource, scope, where, problems)
+                if flat is not None:
+                    spans.append(flat)
+                    continue
+                tid = item.get("traceId") if isinstance(item, dict) else None
+                if isinstance(tid, str) and tid:
+                    tid = hex_id(tid, 16)[0]
+                    broken[tid] = broken.get(tid, 0) + 1
+                else:
+                    skipped += 1
+    return broken, skipped
 
 
 def _object(value, field) -> dict:
@@ -236,22 +229,71 @@ def _flatten(span, resource, scope, where, problems) -> dict | None:
     if found:
         problems += found
         return None
+    trace, from_base64 = hex_id(span["traceId"], 16)
+    ids = {"spanId": hex_id(span["spanId"], 8)}
+    if parent is not None:
+        ids["parentSpanId"] = hex_id(parent, 8)
+    from_base64 = from_base64 or any(b for _, b in ids.values())
     extra = {k: v for k, v in span.items() if k not in ("traceId", "attributes", "events")}
+    extra.update({k: v for k, (v, _) in ids.items()})
     if events:
         extra["events"] = events
     if scope:
         extra["scope"] = scope
     return dict(
-        trace=span["traceId"],
-        id=span["spanId"],
-        parent=parent,
-        name=span.get("name") or span["spanId"],
+        trace=trace,
+        id=ids["spanId"][0],
+        parent=ids["parentSpanId"][0] if parent is not None else None,
+        name=span.get("name") or ids["spanId"][0],
         start=start,
         status=status,
         attributes=attributes,
         events=events,
         resource=resource,
         extra=extra,
+        base64=from_base64,
+        **where,
+    )
+
+
+def _flatten_log(record, field, resource, scope, where, problems) -> dict | None:
+    """One OTLP log record: its trace and span ids (hex, None when absent), its event name
+    (`eventName`, or the older `event.name` attribute), decoded attributes and body."""
+    if not isinstance(record, dict):
+        problems.append(Problem(**where, field=field, message=f"expected a log record object, got {shown(record)}"))
+        return None
+    try:
+        attributes = decode_attributes(record.get("attributes"))
+        body = decode_value(record["body"]) if "body" in record else None
+    except Bad as e:
+        problems.append(Problem(**where, field=field, message=str(e)))
+        return None
+    ids = {}
+    for key, size in (("traceId", 16), ("spanId", 8)):
+        value = record.get(key) or None
+        if value is not None and not isinstance(value, str):
+            problems.append(Problem(**where, field=f"{field}.{key}", message=f"expected a hex id string, got {shown(value)}"))
+            return None
+        ids[key] = None if value is None else hex_id(value, size)
+    time = record.get("timeUnixNano") or record.get("observedTimeUnixNano") or 0
+    try:
+        time = int(time)
+    except (TypeError, ValueError):
+        time = 0
+    name = record.get("eventName") or attributes.get("event.name")
+    kept = {k: v for k, v in record.items() if k not in ("traceId", "spanId", "attributes", "body")}
+    return dict(
+        trace=ids["traceId"] and ids["traceId"][0],
+        span=ids["spanId"] and ids["spanId"][0],
+        name=name if isinstance(name, str) else None,
+        time=time,
+        attributes=attributes,
+        body=body,
+        record=kept,
+        scope=scope,
+        resource=resource,
+        field=field,
+        base64=any(v and v[1] for v in ids.values()),
         **where,
     )
 

@@ -7,66 +7,75 @@ attributes say is read by `_attributes.py`; everything not mapped stays in the s
 and the outcome rule.
 """
 
-import math
 import re
 from collections.abc import Mapping
 
 from ._attributes import openinference_fields, otel_fields
 from ._check import check_run
 from ._format import ERRORS, Problem, Run, Step, deliver, to_record
-from ._otlp import Bad, ordered, read_spans
+from ._otlp import Bad, hex_id, ordered
+from ._outcomes import check_outcomes, keys_of, outcome
+from ._sniff import read_sources
+
+BASE64_NOTE = "base64 in the file (as protobuf's MessageToJson writes them), read as hex"
 
 
-def _outcome(tid, roots, outcomes, bad):
-    """`(score, passed)` of one trace: the user's `outcomes[tid]` if given, else its roots'
-    status (any ERROR: failed; every root OK: passed; otherwise unknown, an error)."""
-    if tid in outcomes:
-        value = outcomes[tid]
-        return (None, value) if isinstance(value, bool) else (float(value), None)
-    statuses = {s["status"] for s in roots}
-    if "ERROR" in statuses:
-        return None, False
-    if statuses == {"OK"}:
-        return None, True
-    bad(
-        roots[0],
-        "status",
-        f"the outcome of trace {tid} is unknown: its root span's status is UNSET; "
-        f"pass outcomes={{{tid!r}: True/False or a score}}",
-    )
-    return None, None
+def _join_logs(logs, traces, problems) -> int:
+    """Attach each log record to its span (`span["logs"]`); a record without a trace and
+    span id, or whose span is not in the trace, is a problem. Returns how many were not
+    joined."""
+    spans = {(s["trace"], s["id"]): s for group in traces.values() for s in group}
+    lost = 0
+    for record in logs:
+        where = dict(file=record["file"], line=record["line"])
+        field = f"{record['field']}" + (f" ({record['name']})" if record["name"] else "")
+        if record["trace"] is None or record["span"] is None:
+            message = "no traceId/spanId: a log record that no span holds cannot be joined to a run"
+            problems.append(Problem(**where, field=field, message=message))
+            lost += 1
+            continue
+        span = spans.get((record["trace"], record["span"]))
+        if span is None:
+            missing = "no span" if record["trace"] not in traces else f"no span {record['span']}"
+            message = f"{missing} in trace {record['trace']} to join it to (spanId {record['span']})"
+            problems.append(Problem(**where, field=f"{field}.spanId", message=message))
+            lost += 1
+            continue
+        entry = {"name": record["name"], **record["record"], "attributes": record["attributes"]}
+        if record["body"] is not None:
+            entry["body"] = record["body"]
+        span.setdefault("logs", []).append(entry)
+        span["base64"] = span["base64"] or record["base64"]
+    return lost
 
 
-def _check_outcomes(outcomes) -> dict:
-    if outcomes is None:
-        return {}
-    if not isinstance(outcomes, Mapping):
-        raise TypeError(
-            f"outcomes must be a mapping of trace id -> bool or score, got {type(outcomes).__name__}"
-        )
-    for key, value in outcomes.items():
-        ok = isinstance(value, bool) or (isinstance(value, int | float) and math.isfinite(value))
-        if not isinstance(key, str) or not ok:
-            raise TypeError(
-                f"outcomes[{key!r}] must be True/False or a finite score (trace ids are str), got {value!r}"
-            )
-    return dict(outcomes)
-
-
-def _import(path, fields_of, outcomes, errors):
+def _import(path, fields_of, outcomes, outcome_key, ok_means_passed, errors):
     if errors not in ERRORS:
         raise ValueError(f"errors must be 'raise' or 'collect', got {errors!r}")
-    outcomes = _check_outcomes(outcomes)
+    if not isinstance(ok_means_passed, bool):
+        raise TypeError(f"ok_means_passed must be True or False, got {ok_means_passed!r}")
+    outcomes = check_outcomes(outcomes, outcome_key)
+    if outcome_key == "trace_id":  # ids as the SDK prints them ("0x..."), or base64
+        outcomes = {
+            hex_id(k.removeprefix("0x"), 16)[0] if isinstance(k, str) else k: v
+            for k, v in outcomes.items()
+        }
     problems: list[Problem] = []
-    spans, broken, skipped = read_spans(path, problems)
+    spans, logs, broken, skipped = read_sources(path, problems)
     traces: dict[str, list[dict]] = {}
     for span in spans:
         traces.setdefault(span["trace"], []).append(span)
-    for tid in outcomes:
-        if tid not in traces and tid not in broken:
-            problems.append(Problem(str(path), None, f"outcomes[{tid!r}]", "no trace has this id"))
+    skipped += _join_logs(logs, traces, problems)
+    known = set(broken)
+    for tid, group in traces.items():
+        known.update(keys_of(tid, [s for s in group if s["parent"] is None], outcome_key))
+    what = {"trace_id": "no trace has this id", "root_name": "no root span has this name"}
+    for key in outcomes:
+        if key not in known:
+            message = what.get(outcome_key, f"no root span has this {outcome_key}")
+            problems.append(Problem(str(path), None, f"outcomes[{key!r}]", message))
     skipped += sum(1 for tid in broken if tid not in traces)  # no span of it could be read
-    runs = []
+    runs, matched = [], set()
     for tid, group in traces.items():
         found: list[Problem] = []
         if tid in broken:  # a run without some of its spans would be wrong: leave it out
@@ -120,6 +129,7 @@ def _import(path, fields_of, outcomes, errors):
             skipped += 1
             continue
         names, taken, agents, steps, spans_of_steps = {}, set(), {}, [], []
+        from_base64 = any(s["base64"] for s in group)
         for span in ordered(list(ids.values())):
             name, k = span["name"], 1
             while name in taken:
@@ -129,13 +139,15 @@ def _import(path, fields_of, outcomes, errors):
             taken.add(name)
             used: set[str] = set()
             try:
-                fields = fields_of(span, agents.get(span["parent"]), used)
+                fields = fields_of(span, agents.get(span["parent"], (None, False)), used)
             except Bad as e:
                 key, _, message = str(e).partition(": ")
                 bad(span, key, message)
                 continue
-            agents[span["id"]] = fields["agent"]
+            agents[span["id"]] = (fields["agent"], fields.pop("from_agent_span"))
             extra = dict(span["extra"])
+            if span.get("logs"):
+                extra["logs"] = span["logs"]
             rest = {k: v for k, v in span["attributes"].items() if k not in used}
             if rest:
                 extra["attributes"] = rest
@@ -144,18 +156,18 @@ def _import(path, fields_of, outcomes, errors):
             parents = () if span["parent"] is None else (names[span["parent"]],)
             steps.append(Step(name=name, parents=parents, extra=extra, **fields))
             spans_of_steps.append(span)
-        score, passed = _outcome(tid, roots, outcomes, bad)
+        score, passed, source = outcome(
+            tid, roots, outcomes, outcome_key, ok_means_passed, bad, matched
+        )
         if found:
             problems += found
             skipped += 1
             continue
-        run = Run(
-            run=tid,
-            steps=tuple(steps),
-            score=score,
-            passed=passed,
-            extra={"resource": group[0]["resource"]} if group[0]["resource"] else {},
-        )
+        extra = {"resource": group[0]["resource"]} if group[0]["resource"] else {}
+        extra["outcome_from"] = source
+        if from_base64:
+            extra["ids"] = BASE64_NOTE
+        run = Run(run=tid, steps=tuple(steps), score=score, passed=passed, extra=extra)
         checked = check_run(to_record(run))
         if checked:
             for field, message in checked:  # a step's problem is named by its span
@@ -175,24 +187,42 @@ def _import(path, fields_of, outcomes, errors):
     return deliver(runs, problems, skipped, errors)
 
 
-def from_otel(path, *, outcomes: Mapping | None = None, errors: str = "raise"):
-    """Runs from OpenTelemetry GenAI spans in OTLP JSON (a .json export, a .jsonl file of
-    exports, or a folder of them).
+def from_otel(
+    path,
+    *,
+    outcomes: Mapping | None = None,
+    outcome_key: str = "trace_id",
+    ok_means_passed: bool = False,
+    errors: str = "raise",
+):
+    """Runs from OpenTelemetry GenAI spans: OTLP JSON (one export, or JSON Lines of exports,
+    whatever the file's name), the base64-id JSON of protobuf's `MessageToJson`, or what the
+    SDK's `ConsoleSpanExporter` prints; with OTLP log records beside them, joined to their
+    spans. A folder is read whole (its .json, .jsonl, .ndjson and .log files).
 
-    One trace id is one run (its id); one span one step, named after the span ("#2", "#3"
-    added to repeated names), its parent the step of its parent span. `gen_ai.agent.name`
-    (or, when absent, the nearest ancestor's) -> agent; the text parts of
-    `gen_ai.output.messages` (an attribute, or an event's) or `gen_ai.tool.call.result` ->
-    output; `gen_ai.usage.input_tokens`/`output_tokens` -> tokens. Everything else (the span
-    id, kind, times, status, events, other attributes such as `gen_ai.operation.name`) stays
-    in the step's `extra`. The steps have no options: free-text steps.
+    One trace id is one run (its id, hex); one span one step, named after the span ("#2",
+    "#3" added to repeated names), its parent the step of its parent span. The agent is that
+    of the nearest `invoke_agent` span (its `gen_ai.agent.name`, else its name after
+    "invoke_agent "), outside them a span's own `gen_ai.agent.name`; the text parts of
+    `gen_ai.output.messages` (an attribute, or a span event's, or a log record's) or
+    `gen_ai.tool.call.result` -> output; `gen_ai.usage.input_tokens`/`output_tokens` ->
+    tokens; `decision.*` attributes -> a decision step. Everything else (span id, kind, times,
+    status, events, joined log records, other attributes) stays in the step's `extra`.
 
-    The outcome: `outcomes[trace_id]` (True/False, or a score) when given; otherwise the root
-    span's status: ERROR -> passed False, OK -> passed True, UNSET -> an error asking for
-    `outcomes`.
+    **The outcome** of each run, the first that applies: `outcomes[key]` (True/False, or a
+    score), the key chosen by `outcome_key`: "trace_id" (default; hex, as OTLP/JSON writes
+    it, or "0x..." as the SDK prints it), "root_name" (the root span's name) or the name of a
+    root-span attribute (say "session.id"); the root span's `outcome.passed` (boolean) or
+    `outcome.score` (number) attribute; a `gen_ai.evaluation.result` event or log record on
+    the root span (`gen_ai.evaluation.score.label` "pass"/"fail" and the like -> passed,
+    `gen_ai.evaluation.score.value` -> score); a root span with status ERROR -> passed False;
+    every root OK -> passed True, only with `ok_means_passed=True`. A trace with none has no
+    outcome: a problem naming its root span, never a guess. `run.extra["outcome_from"]` says
+    which rule applied.
 
-    **Raises:** `TraceError` listing every problem, each named by file, line (.jsonl) and
-    `span[<span id>]` (an unknown parent, a bad attribute, an unknown outcome, ...).
+    **Raises:** `TraceError` listing every problem, each named by file, line and
+    `span[<span id>]` (an unknown format, mixed formats, an unknown parent, a bad attribute,
+    a trace without an outcome, a log record without its span, ...).
 
     ```python
     import json
@@ -203,10 +233,10 @@ def from_otel(path, *, outcomes: Mapping | None = None, errors: str = "raise"):
 
     spans = [
         {"traceId": "t1", "spanId": "a", "name": "invoke_agent Planner", "status": {"code": 2},
-         "attributes": [attr("gen_ai.operation.name", {"stringValue": "invoke_agent"}),
-                        attr("gen_ai.agent.name", {"stringValue": "Planner"})]},
+         "attributes": [attr("gen_ai.operation.name", {"stringValue": "invoke_agent"})]},
         {"traceId": "t1", "spanId": "b", "parentSpanId": "a", "name": "chat",
-         "attributes": [attr("gen_ai.usage.input_tokens", {"intValue": "12"})]},
+         "attributes": [attr("gen_ai.usage.input_tokens", {"intValue": "12"}),
+                        attr("gen_ai.agent.name", {"stringValue": "OpenAI Agent"})]},
     ]
     export = {"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}
     with open("spans.json", "w") as f:
@@ -215,23 +245,43 @@ def from_otel(path, *, outcomes: Mapping | None = None, errors: str = "raise"):
     assert [(s.name, s.agent, s.parents) for s in run.steps] == [
         ("invoke_agent Planner", "Planner", ()), ("chat", "Planner", ("invoke_agent Planner",))]
     assert run.passed is False and run.steps[1].tokens == {"input": 12}
+    assert run.extra["outcome_from"] == "status ERROR"
     ```
     """
-    return _import(path, otel_fields, outcomes, errors)
+    return _import(path, otel_fields, outcomes, outcome_key, ok_means_passed, errors)
 
 
-def from_openinference(path, *, outcomes: Mapping | None = None, errors: str = "raise"):
-    """Runs from OpenInference spans in OTLP JSON (read as `from_otel` reads its files).
+def from_openinference(
+    path,
+    *,
+    outcomes: Mapping | None = None,
+    outcome_key: str = "trace_id",
+    ok_means_passed: bool = False,
+    errors: str = "raise",
+):
+    """Runs from OpenInference spans (the files read as `from_otel` reads them).
 
-    `agent.name` (an AGENT span without it: its span name; other spans: the nearest
-    ancestor's agent) -> agent; `output.value` (else the `llm.output_messages.N.message.content`
-    texts) -> output; `llm.token_count.prompt`/`completion` -> tokens. A decision span
+    The agent: an AGENT span's `agent.name`, else its span name, except a root AGENT span
+    without `agent.name` (the workflow), which names none; below an AGENT span its agent;
+    elsewhere a span's own `agent.name`, else its parent's. The texts of
+    `llm.output_messages.N.message.content` (else `output.value`) -> output;
+    `llm.token_count.prompt`/`completion` -> tokens. A decision span
     (`openinference.span.kind` "DECISION", or any span with `decision.options`) becomes a
     decision step: `decision.options` (list of strings) -> options, `decision.probabilities`
-    -> the "factual" logits as log p (p = 0 -> -inf), `decision.fix.probabilities` -> the
-    "fix" logits, `decision.choice` -> choice, `decision.accept` -> accept. The outcome and
-    `outcomes` are as in `from_otel`.
+    (required) -> the "factual" logits as log p (p = 0 -> -inf), `decision.fix.probabilities`
+    -> the "fix" logits, `decision.choice` -> choice, `decision.accept` -> accept.
+
+    **The outcome** of each run, the first that applies: `outcomes[key]` (True/False, or a
+    score), the key chosen by `outcome_key`: "trace_id" (default; hex, as OTLP/JSON writes
+    it, or "0x..." as the SDK prints it), "root_name" (the root span's name) or the name of a
+    root-span attribute (say "session.id"); the root span's `outcome.passed` (boolean) or
+    `outcome.score` (number) attribute; a `gen_ai.evaluation.result` event or log record on
+    the root span (`gen_ai.evaluation.score.label` "pass"/"fail" and the like -> passed,
+    `gen_ai.evaluation.score.value` -> score); a root span with status ERROR -> passed False;
+    every root OK -> passed True, only with `ok_means_passed=True`. A trace with none has no
+    outcome: a problem naming its root span, never a guess. `run.extra["outcome_from"]` says
+    which rule applied.
 
     **Raises:** `TraceError` listing every problem by file, line and `span[<span id>]`.
     """
-    return _import(path, openinference_fields, outcomes, errors)
+    return _import(path, openinference_fields, outcomes, outcome_key, ok_means_passed, errors)

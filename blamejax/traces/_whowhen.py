@@ -1,13 +1,16 @@
 """Who&When failure logs to runs: one `.json` file is one run, one `history` message one step.
 
 Two dialects are read. In the algorithm-generated half each message has `name` (the agent)
-and `role` ("user"/"assistant"). In the hand-crafted half there is no `name`: the agent stands
-in `role`, sometimes with a note in brackets, as in "Orchestrator (-> WebSurfer)" (agent
-"Orchestrator", speaking to "WebSurfer") or "Orchestrator (thought)". The mapping, field by
+and `role` ("user"/"assistant"), and the outcome is `is_correct`. In the hand-crafted half
+there is no `name`: the agent stands in `role`, sometimes with a note in brackets, as in
+"Orchestrator (-> WebSurfer)" (agent "Orchestrator", speaking to "WebSurfer") or
+"Orchestrator (thought)", and the outcome is spelt `is_corrected`. Every Who&When run is a
+failure by construction, so a file with neither flag is a failure. The mapping, field by
 field, is in docs/traces.md.
 """
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -15,13 +18,34 @@ from ._check import check_run, shown
 from ._format import ERRORS, Problem, Run, Step, deliver, list_files, to_record
 
 #: The file fields that become run fields; every other field is kept in the run's `extra`.
-MAPPED = ("history", "mistake_agent", "mistake_step", "is_correct")
+MAPPED = ("history", "mistake_agent", "mistake_step", "is_correct", "is_corrected")
+#: The outcome flag of each dialect: algorithm-generated, hand-crafted.
+OUTCOME_FIELDS = ("is_correct", "is_corrected")
 _ROLE = re.compile(r"^(?P<agent>[^()]*?)\s*\((?P<note>[^()]*)\)\s*$")
 
 
 def _natural(path: Path):
     """Sort key: "2.json" before "10.json"."""
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path.name)]
+
+
+def _files(path) -> list[tuple[Path, str]]:
+    """`(file, run id prefix)` of every Who&When file under `path`: a file, a folder of them,
+    or a folder of such folders (the benchmark's `Who&When/` with both halves), whose runs
+    are named "<folder>/<stem>" ("Hand-Crafted/17")."""
+    if isinstance(path, str | os.PathLike) and Path(path).is_dir():
+        folder = Path(path)
+        if not any(p.suffix == ".json" and p.is_file() for p in folder.iterdir()):
+            halves = sorted(
+                (d for d in folder.iterdir() if d.is_dir() and any(d.glob("*.json"))), key=_natural
+            )
+            if halves:
+                return [
+                    (file, f"{half.name}/")
+                    for half in halves
+                    for file in list_files(half, (".json",), "Who&When", key=_natural)
+                ]
+    return [(file, "") for file in list_files(path, (".json",), "Who&When", key=_natural)]
 
 
 def parse_role(role: str) -> tuple[str, dict]:
@@ -118,15 +142,13 @@ def run_from_whowhen(data, run_id: str, *, passed: bool | None = None, file: str
     agent = data.get("mistake_agent")
     if agent is not None and not isinstance(agent, str):
         bad("mistake_agent", f"expected the agent to blame (a string), got {shown(agent)}")
-    outcome = data.get("is_correct", passed)
-    if "is_correct" in data and not isinstance(data["is_correct"], bool):
-        bad("is_correct", f"expected true or false, got {shown(data['is_correct'])}")
-    elif outcome is None:
-        bad(
-            "is_correct",
-            "missing, so the run's outcome is unknown; pass passed=False for a file of "
-            "failures (Who&When runs are failures)",
-        )
+    flags = {k: data[k] for k in OUTCOME_FIELDS if k in data}
+    for key, value in flags.items():
+        if not isinstance(value, bool):
+            bad(key, f"expected true or false, got {shown(value)}")
+    if len(set(map(repr, flags.values()))) > 1:
+        bad("is_corrected", f"disagrees with is_correct: {shown(flags)}")
+    outcome = next(iter(flags.values()), False if passed is None else passed)
     if problems:
         return None, problems
     run = Run(
@@ -149,12 +171,17 @@ def from_whowhen(path, *, errors: str = "raise", passed: bool | None = None, pre
     message of its `history` is one free-text step named "<index> <agent>" ("0 Orchestrator"),
     whose parent is the message before it. `mistake_step` (a string holding a 0-based index
     into `history`) becomes `decisive_step`, `mistake_agent` `decisive_agent`, `is_correct`
-    `passed`; the other fields (question, ground_truth, mistake_reason, system_prompt, level,
-    question_ID, ...) are kept in the run's `extra`, and each message's `role` (and any other
-    field) in its step's `extra`. Files are read in natural order ("2.json" before "10.json").
+    (in the hand-crafted half `is_corrected`) `passed`; the other fields (question,
+    ground_truth, mistake_reason, system_prompt, level, question_ID, ...) are kept in the
+    run's `extra`, and each message's `role` (and any other field) in its step's `extra`. Files are read in natural order ("2.json" before "10.json").
+
+    A folder that holds no `.json` file but folders of them (the benchmark's `Who&When/`,
+    with `Algorithm-Generated/` and `Hand-Crafted/`) is read folder by folder, each run named
+    "<folder>/<stem>" ("Hand-Crafted/17").
 
     **Arguments:** `errors`: "raise" or "collect" (as in `read`); `passed`: the outcome of
-    files without `is_correct`; `prefix`: put before each run id (say, "hand-" and "algo-" to
+    files with neither `is_correct` nor `is_corrected` (default False: every Who&When run is
+    a failure); `prefix`: put before each run id (say, "hand-" and "algo-" to
     load both halves into one list).
 
     **Returns:** `list[Run]`, or with errors="collect" `Loaded(runs, problems, skipped)`,
@@ -185,7 +212,7 @@ def from_whowhen(path, *, errors: str = "raise", passed: bool | None = None, pre
     if not isinstance(prefix, str):
         raise TypeError(f"prefix must be a str, got {type(prefix).__name__}")
     runs, problems, skipped = [], [], 0
-    for file in list_files(path, (".json",), "Who&When", key=_natural):
+    for file, half in _files(path):
         try:
             data = json.loads(file.read_text(encoding="utf-8-sig"))
         except json.JSONDecodeError as e:
@@ -198,7 +225,7 @@ def from_whowhen(path, *, errors: str = "raise", passed: bool | None = None, pre
             problems.append(Problem(str(file), None, "", f"cannot be read as UTF-8 text: {e}"))
             skipped += 1
             continue
-        run_id = prefix + file.stem  # file names are unique in a folder, so are the ids
+        run_id = prefix + half + file.stem  # file names are unique in a folder, so are the ids
         run, found = run_from_whowhen(data, run_id, passed=passed, file=str(file))
         problems += found
         if run is None:
