@@ -108,10 +108,11 @@ class OTLPLogsJsonLines(LogRecordExporter):
         return True
 
 
-def run_pipeline(client, tracer, convention, *, outcome_on_root=False):
+def run_pipeline(client, tracer, convention, *, outcome_on_root=False, record=True):
     """The pipeline: each agent asks its model, and its decision is marked. Returns the trace
     id (hex, as the SDK shows it) and whether the run passed, which `outcome_on_root` also
-    writes on the root span (`outcome.passed`)."""
+    writes on the root span (`outcome.passed`). `record=False` marks no decision (they are
+    read from the traced calls afterwards)."""
     with tracer.start_as_current_span("pipeline") as root:
         passed = True
         for agent, step, options, accept in AGENTS:
@@ -129,10 +130,11 @@ def run_pipeline(client, tracer, convention, *, outcome_on_root=False):
                     max_tokens=1, temperature=0.0, logprobs=True, top_logprobs=5,
                 )
                 choice = bj.traces.choice_from_response(response, options)
-                bj.traces.record_decision(
-                    step, options, bj.traces.logits_from_response(response, options), choice,
-                    accept=accept, tracer=tracer,
-                )
+                if record:
+                    bj.traces.record_decision(
+                        step, options, bj.traces.logits_from_response(response, options), choice,
+                        accept=accept, tracer=tracer,
+                    )
                 passed = passed and choice in accept
         if outcome_on_root:
             root.set_attribute("outcome.passed", passed)
@@ -285,6 +287,52 @@ def test_openinference_console_to_blame(api, providers, tmp_path):
         tid, _ = run_pipeline(client_of(api), tracer, "openinference", outcome_on_root=True)
     runs = bj.traces.from_openinference(path)
     check_blame(runs, tid, api, tmp_path)
+
+
+def test_openinference_logprobs_to_blame(api, providers, tmp_path):
+    """No decision marked in the code: OpenInference keeps each response (with its
+    log-probabilities) in output.value, and decisions_from_logprobs turns the calls whose
+    options are declared into decision steps; the same blame as the recorded decisions."""
+    from openinference.instrumentation.openai import OpenAIInstrumentor
+
+    path = tmp_path / "spans.jsonl"
+    tracer = providers(OpenAIInstrumentor(), OTLPJsonLines(path))
+    tid, _ = run_pipeline(client_of(api), tracer, "openinference", record=False)
+    runs = bj.traces.from_openinference(path, outcomes={tid: False})
+    assert runs[0].decisions == ()
+    runs = bj.traces.decisions_from_logprobs(
+        runs, {agent: options for agent, _, options, _ in AGENTS},
+        accept={agent: accept for agent, _, _, accept in AGENTS},
+    )
+    names = ("ChatCompletion", "ChatCompletion #2", "ChatCompletion #3")
+    assert [(s.name, s.agent) for s in runs[0].decisions] == list(zip(names, FACTUAL))
+    for step, (agent, _, options, _) in zip(runs[0].decisions, AGENTS):
+        assert step.logits["factual"] == tuple(FACTUAL[agent][o] for o in options)
+        assert step.output == step.choice  # the text and the tokens are kept
+    steps = {"ChatCompletion": "plan", "ChatCompletion #2": "research", "ChatCompletion #3": "write"}
+
+    def fix_request(run, step, variant, parent):
+        return Request(steps[step.name], variant, {"agent": step.agent, "question": QUESTION}, step.options)
+
+    scorer = openai_scorer(api, cache=Cache(str(tmp_path / "fixes.sqlite")))
+    [filled] = score_fixes(runs, scorer, fix_request)
+    out = bj.traces.blame_runs([filled], num_worlds=16)
+    reference = bj.traces.blame_runs([expected_run()], num_worlds=16)
+    np.testing.assert_allclose(out.result.shapley, reference.result.shapley, atol=1e-6)
+    who = bj.traces.readout(out.result, out.cases.agent_map)
+    assert who.who == ("Planner",) and who.when == ("ChatCompletion",)
+
+
+def test_decisions_from_logprobs_errors():
+    call = bj.traces.Step("chat", agent="Planner", output="answer")
+    runs = [bj.traces.Run("t", (call,), passed=False)]
+    with pytest.raises(ValueError, match="run 't', step 'chat': options are declared for it, but it kept no chat completion"):
+        bj.traces.decisions_from_logprobs(
+            runs, lambda run, step: ("search", "answer") if step.name == "chat" else None)
+    assert bj.traces.decisions_from_logprobs(runs, {"Planner": ("search", "answer")}) == runs  # not a call
+    with pytest.raises(TypeError, match=r"`options` must be a mapping \{agent: options\} or a function"):
+        bj.traces.decisions_from_logprobs(runs, ("search", "answer"))
+    assert bj.traces.decisions_from_logprobs(runs, {"Writer": ("cite", "guess")}) == runs
 
 
 # The two pieces on their own.

@@ -44,6 +44,7 @@ from ._format import to_record as to_record
 from ._format import validate as validate
 from ._format import write as write
 from ._logprobs import choice_from_response as choice_from_response
+from ._logprobs import decisions_from_logprobs as decisions_from_logprobs
 from ._logprobs import logits_from_response as logits_from_response
 from ._readout import Readout as Readout
 from ._readout import blame_predictions as blame_predictions

@@ -9,16 +9,21 @@ stripped of white space, is a non-empty prefix of the option (so `"search"`, `" 
 its candidates; an option no candidate counts for gets `-inf` (the server did not rank it
 among the top N). A token that is a prefix of two options cannot tell them apart and is an
 error: declare options whose first tokens differ (letters, or distinct first words).
+`decisions_from_logprobs` applies the rule after the fact, to the responses that an
+instrumentation kept in imported runs.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from ._check import shown
+from ._format import Run
 
 
 def _plain(response):
@@ -148,3 +153,103 @@ def choice_from_response(response, options) -> str:
             f"{shown(list(options))}"
         )
     return starts[0]
+
+
+def _response_of(step):
+    """The chat completion a traced LLM step kept, or None: OpenInference's `output.value`
+    (a JSON string), in the step's `extra.attributes` or as its `output`."""
+    texts = [(step.extra.get("attributes") or {}).get("output.value"), step.output]
+    for text in texts:
+        if isinstance(text, str) and text.lstrip().startswith("{"):
+            try:
+                data = json.loads(text)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(data, dict) and isinstance(data.get("choices"), list):
+                return data
+    return None
+
+
+def _lookup(table, run, step, name):
+    """(what `table` declares for `step`, whether a function declared it for this step):
+    a mapping is keyed by agent."""
+    if table is None:
+        return None, False
+    if callable(table):
+        return table(run, step), True
+    if not isinstance(table, Mapping):
+        raise TypeError(f"`{name}` must be a mapping {{agent: options}} or a function, got {shown(table)}")
+    return (table.get(step.agent), False) if step.agent is not None else (None, False)
+
+
+def decisions_from_logprobs(runs, options, *, accept=None) -> list:
+    """Decision steps from the LLM calls of imported runs: each traced call whose response
+    (kept by OpenInference in `output.value`) carries log-probabilities, and whose options
+    are declared, becomes a decision step with those options, the factual logits read by
+    `logits_from_response` and the choice read by `choice_from_response`.
+
+    **Arguments:**
+    - `runs`: `bj.traces.Run`s, as `bj.traces.from_openinference` imports them.
+    - `options`: the declared options, `{agent: options}` (for the agent's steps that kept a
+      chat completion), or a function `(run, step) -> options or None` (for the steps it
+      names). Steps without declared options are left as they are.
+    - `accept`: the options that count as right, in the same form as `options`, or `None`.
+
+    **Returns:** the runs (a new list); each converted step keeps its name, agent, parents,
+    text, tokens and `extra`, and gains `options`, `logits={"factual": ...}`, `choice` and
+    `accept`. Its fix is scored afterwards (`bj.scorers.score_fixes`).
+
+    **Raises:** `ValueError` naming the run and step when a step with declared options kept
+    no chat completion, or its response has no log-probabilities (as `logits_from_response`).
+
+    ```python
+    import json
+    import blamejax as bj
+    response = {"object": "chat.completion", "choices": [{"index": 0,
+        "message": {"role": "assistant", "content": "answer"},
+        "logprobs": {"content": [{"token": "answer", "logprob": -0.2, "top_logprobs": [
+            {"token": "answer", "logprob": -0.2}, {"token": "search", "logprob": -1.7}]}]}}]}
+    call = bj.traces.Step("ChatCompletion", agent="Planner", output="answer",
+                          extra={"attributes": {"output.value": json.dumps(response)}})
+    [run] = bj.traces.decisions_from_logprobs([bj.traces.Run("t", (call,), passed=False)],
+                                              {"Planner": ("search", "answer")},
+                                              accept={"Planner": ("search",)})
+    [step] = run.decisions
+    assert step.logits == {"factual": (-1.7, -0.2)} and step.choice == "answer"
+    ```
+    """
+    if isinstance(runs, (str, bytes)) or not isinstance(runs, Sequence):
+        raise TypeError(f"`runs` must be a list of bj.traces.Run, got {type(runs).__name__}")
+    if options is None or not (callable(options) or isinstance(options, Mapping)):
+        raise TypeError(f"`options` must be a mapping {{agent: options}} or a function, got {shown(options)}")
+    out = []
+    for run in runs:
+        if not isinstance(run, Run):
+            raise TypeError(f"`runs` must hold bj.traces.Run, got {type(run).__name__}")
+        steps = []
+        for step in run.steps:
+            declared, named = _lookup(options, run, step, "options")
+            response = None if declared is None else _response_of(step)
+            if declared is None or step.options is not None or (response is None and not named):
+                steps.append(step)  # an agent's options apply to its calls, not to its other spans
+                continue
+            where = f"run {run.run!r}, step {step.name!r}"
+            declared = check_options(declared)
+            if response is None:
+                raise ValueError(
+                    f"{where}: options are declared for it, but it kept no chat completion (OpenInference "
+                    "keeps the response in output.value; OpenTelemetry GenAI spans drop the "
+                    "log-probabilities: record the decision with bj.traces.record_decision)"
+                )
+            try:
+                logits = logits_from_response(response, declared)
+                choice = choice_from_response(response, declared)
+            except ValueError as error:
+                raise ValueError(f"{where}: {error}") from None
+            labels, _ = _lookup(accept, run, step, "accept")
+            steps.append(dataclasses.replace(
+                step, options=declared, logits={"factual": logits}, choice=choice,
+                accept=None if labels is None else tuple(labels),
+            ))
+        out.append(dataclasses.replace(run, steps=tuple(steps)))
+    return out
