@@ -443,3 +443,23 @@ def test_score_fixes_errors():
 
     with pytest.raises(ValueError, match=r"`request` returned options \['b', 'a'\] for step 'plan'"):
         score_fixes([bj.traces.Run("r", (bare,), passed=False)], scorer, wrong)
+
+
+def test_score_fixes_given_table():
+    """A step given another gets one fix row per option of the given step, in its order."""
+    plan = bj.traces.Step("plan", options=("a", "b"), logits={"factual": (0.0, 0.0)}, choice="a")
+    reply = bj.traces.Step("reply", parents=("plan",), given="plan", options=("x", "y", "z"),
+                           logits={"factual": ((0.0, 0.0, 0.0), (0.0, 0.0, 0.0))}, choice="x")
+    run = bj.traces.Run("r", (plan, reply), passed=False)
+
+    def ask(run, step, variant, parent):
+        return Request(step.name, variant, {"after": parent}, step.options)
+
+    def logits(r):
+        return np.array([1.0, 0.0] if r.step == "plan" else [0.0, 1.0 if r.inputs["after"] == "a" else 2.0, 0.0])
+
+    [filled] = score_fixes([run], bj.scorers.FunctionScorer(logits), ask)
+    assert filled.steps[0].logits["fix"] == (1.0, 0.0)
+    assert filled.steps[1].logits["fix"] == ((0.0, 1.0, 0.0), (0.0, 2.0, 0.0))
+    [only] = score_fixes([run], bj.scorers.FunctionScorer(logits), ask, steps=["reply"])
+    assert "fix" not in only.steps[0].logits and "fix" in only.steps[1].logits
