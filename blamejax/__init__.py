@@ -12,9 +12,10 @@ The package is arranged in the order the computation flows:
 7. `report`: text, JSON, pandas and HTML reports;
 
 then the families built on them (`interventions`, `differentiable`, `mdp`) and the
-applications beside them (`scm`, `traces` (real runs: the trace format and its
-importers), `scorers` (decisions of real runs scored by real models, cached),
-`demos` (loaded on first use), the command line `python -m blamejax`).
+applications beside them, each loaded on first use (`bj.scm`, ...): `scm` (synthetic
+causal models with known culprits), `traces` (real runs: the trace format and its
+importers), `scorers` (decisions of real runs scored by real models, cached), `demos`;
+and the command line `python -m blamejax`.
 The names below are the front door; everything else lives in those namespaces.
 """
 
@@ -27,10 +28,7 @@ from . import noise as noise
 from . import pipeline as pipeline
 from . import reduction as reduction
 from . import report as report
-from . import scm as scm
-from . import scorers as scorers
 from . import stats as stats
-from . import traces as traces
 from . import worlds as worlds
 from ._compile import clear_caches as clear_caches
 from ._compile import enable_compile_cache as enable_compile_cache
@@ -62,15 +60,19 @@ from .worlds import replay as replay
 __version__ = "0.1.0"
 
 
+# The applications load on first use (`bj.scm`, `bj.traces`, `bj.scorers`, `bj.demos`), so
+# that `import blamejax` costs only the library. They are written with the front door
+# (`import blamejax as bj`), so importing them here would also run back up the house.
+_APPLICATIONS = ("demos", "scm", "scorers", "traces")
+
+
 def __getattr__(name: str):
-    # The demos load on first use (`bj.demos`): they are written with the front door
-    # (`import blamejax as bj`), so importing them here would run back up the house.
-    if name == "demos":
+    if name in _APPLICATIONS:
         import importlib
 
-        return importlib.import_module(".demos", __name__)
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'blamejax' has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted(set(globals()) | {"demos"})
+    return sorted(set(globals()) | set(_APPLICATIONS))

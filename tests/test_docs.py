@@ -34,10 +34,10 @@ def _public_objects():
     """(dotted name, object) for the package, its public subpackages, every name they export
     and the public methods of exported classes. An object exported twice keeps its first name:
     subpackage names come before the front door's re-exports."""
-    subpackages = sorted(
+    subpackages = sorted(  # dir(), not vars(): the applications load on first use
         name
-        for name, value in vars(bj).items()
-        if inspect.ismodule(value) and not name.startswith("_")
+        for name in dir(bj)
+        if inspect.ismodule(getattr(bj, name)) and not name.startswith("_")
     )
     modules = [(f"blamejax.{sub}", getattr(bj, sub)) for sub in subpackages] + [("blamejax", bj)]
     names = [

@@ -1,6 +1,7 @@
 """The house rules of the package layout (docs/architecture.md), checked on the source.
 
-- the front door (`blamejax/__init__.py`) stays small;
+- the front door (`blamejax/__init__.py`) stays small, and `import blamejax` loads the
+  applications (`scm`, `traces`, `scorers`, `demos`) only when they are first used;
 - modules inside a subpackage are private: another subpackage imports only the names a
   subpackage's `__init__.py` exports, never a module or a private name of it;
 - the subpackages depend on each other without cycles;
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import subprocess
+import sys
 import types
 
 import blamejax as bj
@@ -51,6 +54,18 @@ def test_front_door_is_small():
     assert len(names) <= 35, sorted(names)
     namespaces = {n for n in public if isinstance(getattr(bj, n), types.ModuleType)}
     assert {"noise", "stats", "interventions", "scm", "demos"} <= namespaces
+
+
+def test_applications_load_on_first_use():
+    script = (
+        "import sys, blamejax as bj\n"
+        "apps = ('blamejax.demos', 'blamejax.scm', 'blamejax.scorers', 'blamejax.traces')\n"
+        "print(sorted(m for m in sys.modules if m.startswith(apps)))\n"
+        "bj.traces.Run, bj.scm.make_scm, bj.scorers.Cache, bj.demos.refund_cases\n"
+        "print(sorted(m for m in apps if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines() == ["[]", repr(sorted(["blamejax.demos", "blamejax.scm", "blamejax.scorers", "blamejax.traces"]))]
 
 
 def test_no_private_import_across_subpackages():
