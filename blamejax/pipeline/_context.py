@@ -71,12 +71,14 @@ class Choice(eqx.Module):
     probs: Float[Array, " K"] | None
     num_options: int = eqx.field(static=True)
     _deferred: Any = eqx.field(static=True, default=None)
+    _reads: Any = eqx.field(static=True, default=None)
 
-    def __init__(self, index, probs, num_options, deferred=None):
+    def __init__(self, index, probs, num_options, deferred=None, reads=None):
         self._index = index
         self.probs = probs
         self.num_options = num_options
         self._deferred = deferred
+        self._reads = reads
 
     @property
     def index(self) -> Int[Array, ""]:
@@ -98,8 +100,39 @@ class Choice(eqx.Module):
                 f"its first axis, got shape {table.shape}"
             )
         if self.probs is None:
-            return table[self.index]
+            if self._reads is None:
+                return table[self.index]
+            return self._reads.take(table, self.index)
         return jnp.tensordot(self.probs.astype(table.dtype), table, axes=1)
+
+
+class _TableReads:
+    """Where the rows a context's hard choices read from tables came from, so that a table
+    over several steps' options read one step at a time (`v.take(d.take(table))`) costs one
+    gather from the table itself, `table[d.index, v.index]`, and not a gather from a row that
+    depends on `d`'s coalition bits for every one of `v`'s (under the coalition `vmap`s, that
+    second gather batches both its operand and its index, tens of times slower on the CPU).
+
+    `take(table, index)` returns `table[index]`; when `table` is a row this object made, it
+    reads the same entry from the row's source, with the indices laid into one flat index."""
+
+    def __init__(self):
+        self._rows: dict[int, tuple] = {}  # id(row) -> (row, source, flat index, axes read)
+
+    def take(self, table, index):
+        known = self._rows.get(id(table))
+        if known is not None and known[0] is table:
+            _, source, flat, axes = known
+            axes += 1
+            flat = flat * source.shape[axes - 1] + index
+            leading = int(np.prod(source.shape[:axes]))
+            out = source.reshape((leading,) + source.shape[axes:])[flat]
+        else:
+            source, flat, axes = table, index, 1
+            out = table[index]
+        if out.ndim:  # a row: remember where it came from (and keep it, so no id is reused)
+            self._rows[id(out)] = (out, source, flat, axes)
+        return out
 
 
 class StepPlan(NamedTuple):
@@ -245,6 +278,7 @@ class Context:
             and self._trace is not None
         )
         self._pending: list[_Pending] = []
+        self._reads = _TableReads() if isinstance(mode, Hard) else None
         # The addressed Gumbels of every site, [sites, K_max]: computed once per world.
         self.noise = world_noise(structure, world) if noise is None else noise
 
@@ -320,7 +354,9 @@ class Context:
                     site_index, deferred,
                 )
             )
-            return Choice(index=None, probs=None, num_options=site.num_options, deferred=deferred)
+            return Choice(
+                index=None, probs=None, num_options=site.num_options, deferred=deferred, reads=self._reads
+            )
         if isinstance(self.mode, Hard):
             # A step without parents and with at most two variants is tabulated too: the
             # argmax of every variant's row costs no more than gathering one row and taking
@@ -359,7 +395,7 @@ class Context:
                 variant=jnp.asarray(variant, jnp.int32),
                 invalid=invalid,
             )
-        return Choice(index=index, probs=probs, num_options=site.num_options)
+        return Choice(index=index, probs=probs, num_options=site.num_options, reads=self._reads)
 
     def _resolve(self):
         """Make the deferred draws (`defer`), in the order they were asked for, at the trace
