@@ -46,6 +46,7 @@ class Game(NamedTuple):
 
     @property
     def num_players(self) -> int:
+        """The number of players, `n` (the steps blamed)."""
         return len(self.players)
 
     @classmethod

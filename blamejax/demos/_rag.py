@@ -52,9 +52,13 @@ import numpy as np
 
 STEPS = ("rewrite", "retrieve", "answer", "verify")
 REWRITE_OPTIONS = ("faithful", "vague", "off-topic")
+"""The options of the `rewrite` step, in the order of its logit tables' last axis."""
 RETRIEVE_OPTIONS = ("relevant", "partial", "irrelevant")
+"""The options of the `retrieve` step, in the order of its logit tables' last axis."""
 ANSWER_OPTIONS = ("correct", "incomplete", "hallucinated")
+"""The options of the `answer` step, in the order of its logit tables' last axis."""
 VERIFY_OPTIONS = ("accept", "reject")
+"""The options of the `verify` step, in the order of its logit tables' last axis."""
 
 # Factual probabilities of an average question (rows: the parent's option; columns: this
 # step's options, in the order of the option tuples above).

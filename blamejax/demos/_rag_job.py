@@ -32,6 +32,14 @@ OPTION_NAMES = {
 
 
 def run_rag_demo(args) -> int:
+    """`python -m blamejax demo rag`: batch blame of the stochastic-RAG test set in each
+    noise mode, its tables printed and its reports (HTML, interactive HTML, JSON) written.
+
+    **Arguments:** `args`, the parsed flags of the command line (`cases`, `seed`, `noise`,
+    `worlds`, `estimator`, `permutations`, `out`, `no_progress`).
+
+    **Returns:** the exit status, 0.
+    """
     num_cases = args.cases or 200
     out = Path(args.out or "blamejax-out/rag")
     out.mkdir(parents=True, exist_ok=True)

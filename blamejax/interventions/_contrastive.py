@@ -90,6 +90,7 @@ class ContrastiveResult(JSONExport, eqx.Module):
 
     @property
     def num_failures(self) -> int:
+        """The number of runs analysed, `F`."""
         return int(self.effect.shape[0])
 
 

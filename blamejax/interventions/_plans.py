@@ -20,6 +20,9 @@ from jaxtyping import Array, Int
 from ..pipeline import Plan, StepPlan, Structure, ValuePlan, factual_plan
 
 DOWNSTREAM = ("held", "fresh", "direct")
+"""What the steps after an intervened step may do (`downstream=`): keep the world's noise
+(`"held"`), re-draw from a fresh stream (`"fresh"`), or repeat their factual choices
+(`"direct"`)."""
 
 
 # -- argument checks ----------------------------------------------------------------------

@@ -41,10 +41,12 @@ class ResampleShapley(eqx.Module):
 
     @property
     def empty(self) -> Float[Array, " F"]:
+        """`v(∅)`: no step re-drawn, the factual outcome."""
         return self.values[:, 0]
 
     @property
     def full(self) -> Float[Array, " F"]:
+        """`v(all)`: every player re-drawn."""
         return self.values[:, -1]
 
     @property
@@ -59,6 +61,11 @@ class ResampleShapley(eqx.Module):
         return self.values[:, bits] - self.values[:, :1]
 
     def table(self, failure: int = 0, digits: int = 3) -> str:
+        """A plain-text table of one failure: Shapley values, their standard errors and the
+        effect of re-drawing each step alone, then `v(∅)`, `v(all)` and their difference.
+
+        **Raises:** `ValueError` when `failure` is not an int in `[0, F)`.
+        """
         num = int(self.values.shape[0])
         if not isinstance(failure, int) or not 0 <= failure < num:
             raise ValueError(f"`failure` must be an int in [0, {num}), got {failure!r}")

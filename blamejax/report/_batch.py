@@ -22,7 +22,11 @@ CAVEAT = (
     "Gumbel-max coupling, which data cannot identify: another coupling with the same "
     "interventional behaviour gives different blame."
 )
+"""The sentence every report carries: blame is relative to the fixes supplied, and replay
+under recorded or inferred noise assumes the Gumbel-max coupling."""
 TIE_TOLERANCE = 1e-6  # steps within this share of the score range of the largest value tie
+"""Steps whose Shapley value lies within this share of the score range of the largest one
+tie for "largest blame" (`largest_blame`)."""
 ORDER_NOTE = "Steps are listed by mean Shapley value, largest first."
 UNITS_NOTE = (
     "All numbers are fractions: Shapley values in units of the score, shares and rates as "

@@ -57,10 +57,12 @@ class MultiCulpritCases(eqx.Module):
 
     @property
     def pipeline(self):
+        """The SCM's pipeline function (`scm.pipeline`)."""
         return self.scm.pipeline
 
     @property
     def num_failures(self) -> int:
+        """The number of failures, `F`."""
         return int(self.culprits.shape[0])
 
 

@@ -68,10 +68,12 @@ class InjectedFailures(eqx.Module):
 
     @property
     def pipeline(self):
+        """The SCM's pipeline function (`scm.pipeline`)."""
         return self.scm.pipeline
 
     @property
     def num_failures(self) -> int:
+        """The number of failures kept, `F`."""
         return int(self.culprit.shape[0])
 
     @property
@@ -86,6 +88,8 @@ class InjectedFailures(eqx.Module):
         return np.asarray(self.scm.agents)[np.asarray(self.culprit)]
 
     def summary(self) -> str:
+        """One sentence on how the failures were made: how many runs were kept, injected,
+        still successful or repaired by an earlier step's fix, and the rejection rate."""
         return (
             f"{self.num_failures} failures kept from {self.num_candidates} clean runs: "
             f"{self.num_successful} succeeded and received an error; "

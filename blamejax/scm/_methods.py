@@ -29,7 +29,10 @@ METHODS = (
     "commitment_fresh",
     "random",
 )
+"""The attribution methods `compare_methods` can run, by name (`methods=`)."""
 CREDIT_METHODS = ("exact_shapley", "mc_shapley", "fix_alone", "leave_one_out")
+"""The methods that give every step a credit (a vector per failure), not only a named step:
+their credits are compared with the analytic Shapley split."""
 TIE_TOLERANCE = 1e-5
 
 
@@ -81,6 +84,10 @@ class MethodComparison(eqx.Module):
     num_rollouts: int = eqx.field(static=True)
 
     def index(self, method: str) -> int:
+        """The position of `method` on the results' method axis.
+
+        **Raises:** `ValueError` when the method was not run.
+        """
         if method not in self.methods:
             raise ValueError(f"method {method!r} was not run; these were: {self.methods}")
         return self.methods.index(method)

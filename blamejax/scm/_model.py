@@ -32,7 +32,10 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 from ..noise import as_key
 
 TOPOLOGIES = ("chain", "dag")
+"""The topologies `make_scm` builds: a chain of steps, or a random DAG."""
 KINDS = ("conjunctive", "disjunctive")
+"""The kinds of multi-culprit failures: every culprit needed for the failure, or any one
+culprit enough."""
 RULE_ALL, RULE_ANY = 0, 1  # success iff every / some critical step is good
 
 
@@ -99,6 +102,7 @@ class SCM(eqx.Module):
 
     @property
     def num_agents(self) -> int:
+        """The number of agents the steps belong to."""
         return max(self.agents) + 1
 
 

@@ -18,6 +18,8 @@ from ._anytime import checkpoint_delta, confidence_radius, top1_separated
 from ._binomial import wilson_interval
 
 INTERVAL_RULES = ("bernstein", "normal")
+"""The anytime intervals of a mean across failures (`rule=`): empirical Bernstein
+(finite-sample) or normal (asymptotic, no finite-sample guarantee)."""
 
 
 def checkpoint_interval(values: np.ndarray, k: int, rule: str, delta: float, value_range: float):
@@ -90,6 +92,8 @@ FIXED_SAMPLE_METHOD = (
     "values and otherwise asymptotic, with no finite-sample guarantee, and it is not valid "
     "after stopping early on a look at the data."
 )
+"""What the fixed-sample interval of a batch report is and assumes, in the words every
+report prints beside it."""
 
 
 def student_t_interval(values: np.ndarray, level: float):

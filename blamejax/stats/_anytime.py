@@ -27,6 +27,9 @@ import numpy as np
 import scipy.special
 
 RULES = ("top1", "ranking", "width")
+"""The stopping rules of Monte Carlo Shapley (`stop=`): the top step separated
+(`top1_separated`), the whole ranking separated (`ranking_separated`), or every interval
+narrower than epsilon (`widths_below`)."""
 
 
 def _is_jax(*args) -> bool:
