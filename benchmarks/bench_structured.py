@@ -1,0 +1,289 @@
+"""Exact blame by structure (`exact_blame(method="structured")`) at real length.
+
+Sections (each runs both sides on the same inputs in one process, checks that they agree,
+and prints the ratio or the fit):
+
+- `--chain`: a chain of n = 256 steps, K = 8, 1,000 failures x 4 fresh worlds: first call,
+  steady call, peak resident memory; two failures checked against a float64 NumPy
+  reference of the same recursion.
+- `--scaling`: the steady cost against n = 16 ... 1,024 (64 failures x 4 worlds, K = 8) and
+  the fitted exponent of time ~ n^p.
+- `--enumeration`: against the enumerating path at n = 8 ... 20 on random chains and at
+  n = 4 on a DAG with a two-parent step and on every demo: the largest difference of every
+  rule, and the speed-up.
+- `--take`: a score over two steps of a 20-step chain read three ways on the enumerating
+  path, `table[d.index, v.index]`, `v.take(d.take(table))` and `d.take(v.take(table.T))`:
+  nanoseconds per coalition, the ratio, and that the values are equal.
+- `--mc`: at n = 64, how long `mc_shapley` needs to bring its largest error below 1e-3 against
+  the structured exact values, and the structured call's time.
+
+```bash
+python benchmarks/bench_structured.py            # every section (about ten minutes)
+python benchmarks/bench_structured.py --take     # one section
+```
+
+Results: `benchmarks/results/bench_structured.md` (appended per run, with the date and load).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import pathlib
+import resource
+import sys
+import time
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import blamejax as bj
+
+warnings.simplefilter("ignore", bj.estimators.NotAFailureWarning)
+HERE = pathlib.Path(__file__).parent
+OUT = HERE / "results" / "bench_structured.md"
+LINES: list[str] = []
+
+
+def say(line: str = "") -> None:
+    print(line, flush=True)
+    LINES.append(line)
+
+
+def chain_cases(seed: int, n: int, num_cases: int, k: int, num_variants: int = 2):
+    rng = np.random.default_rng(seed)
+    tables = [
+        jnp.asarray(1.5 * rng.standard_normal((num_cases, num_variants) + ((k,) if i else ()) + (k,)), jnp.float32)
+        for i in range(n)
+    ]
+    return dict(tables=tables, score=jnp.asarray(rng.uniform(size=(num_cases, k)), jnp.float32))
+
+
+def chain(ctx, case):
+    choice = ctx.choose("s0", case["tables"][0])
+    for i in range(1, len(case["tables"])):
+        choice = ctx.choose(f"s{i}", case["tables"][i], given=choice)
+    return choice.take(case["score"])
+
+
+def dag(ctx, case):
+    t = case["tables"]
+    a = ctx.choose("s0", t[0])
+    b = ctx.choose("s1", t[1], given=a)
+    c = ctx.choose("s2", t[2], given=a)
+    d = ctx.choose("s3", t[3], given=(b, c))
+    return d.take(case["score"])
+
+
+def dag_cases(seed, num_cases, k=4):
+    rng = np.random.default_rng(seed)
+    shapes = [(2, k), (2, k, k), (2, k, k), (2, k, k, k)]
+    tables = [jnp.asarray(rng.standard_normal((num_cases,) + s), jnp.float32) for s in shapes]
+    return dict(tables=tables, score=jnp.asarray(rng.uniform(size=(num_cases, k)), jnp.float32))
+
+
+def call(function, repeats=3):
+    """(first call, median steady call) in seconds."""
+    start = time.perf_counter()
+    out = jax.block_until_ready(function())
+    first = time.perf_counter() - start
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        out = jax.block_until_ready(function())
+        times.append(time.perf_counter() - start)
+    return out, first, float(np.median(times))
+
+
+def reference(fact, fix, score, n):
+    """Shapley values of a chain from its maps, float64 NumPy (as in tests/test_structured.py)."""
+    x, w = np.polynomial.legendre.leggauss(-(-n // 2))
+    t, w = (x + 1)[:, None] / 2, w / 2
+    size = fact.shape[1]
+    alpha = np.zeros((t.size, size))
+    alpha[:, 0] = 1.0
+    before = []
+    for s in range(n):
+        before.append(alpha)
+        new = np.zeros_like(alpha)
+        for c in range(size):
+            new[:, fact[s, c]] += (1 - t[:, 0]) * alpha[:, c]
+            new[:, fix[s, c]] += t[:, 0] * alpha[:, c]
+        alpha = new
+    beta = np.broadcast_to(score.astype(np.float64), (t.size, size))
+    out = np.zeros(n)
+    for s in reversed(range(n)):
+        bf, bg = beta[:, fact[s]], beta[:, fix[s]]
+        out[s] = w @ (before[s] * (bg - bf)).sum(1)
+        beta = (1 - t) * bf + t * bg
+    return out
+
+
+def reference_of(cases, worlds, f, w, n, k):
+    structure = bj.discover(chain, jax.tree_util.tree_map(lambda x: x[0], cases))
+    world = jax.tree_util.tree_map(lambda x: x[f, w], worlds)
+    noise = np.asarray(bj.pipeline.world_noise(structure, world)).astype(np.float32)[:, :k]
+    tables = [np.asarray(t[f]) for t in cases["tables"]]
+    root = np.argmax(tables[0] + noise[0], axis=-1)
+    rest = np.argmax(np.stack(tables[1:]) + noise[1:, None, None, :], axis=-1)
+    fact = np.concatenate([np.full((1, k), root[0]), rest[:, 0]])
+    fix = np.concatenate([np.full((1, k), root[1]), rest[:, 1]])
+    return reference(fact, fix, np.asarray(cases["score"][f], np.float64), n)
+
+
+def section_chain():
+    n, k, num_f, num_w = 256, 8, 1000, 4
+    say(f"## chain: n = {n}, K = {k}, {num_f} failures x {num_w} fresh worlds")
+    cases = chain_cases(0, n, num_f, k)
+    worlds = bj.fresh_worlds(1, num_f, num_w)
+    result, first, steady = call(lambda: bj.exact_blame(chain, cases, worlds))
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    errors = []
+    for f in range(2):  # one world each: the reference of the mean over worlds is the mean
+        ref = np.mean([reference_of(cases, worlds, f, w, n, k) for w in range(num_w)], axis=0)
+        errors.append(np.abs(np.asarray(result.shapley[f], np.float64) - ref).max())
+    eff = float(np.abs(np.asarray(result.shapley).sum(1) - np.asarray(result.total)).max())
+    say(f"- method {result.method}; first call {first:.2f} s, steady {steady:.2f} s "
+        f"(targets 10 s, 2 s), peak RSS {rss:.2f} GiB (target 2 GiB)")
+    say(f"- largest difference from the float64 reference (2 failures): {max(errors):.2e}; "
+        f"efficiency error {eff:.2e}")
+    ok = max(errors) < 1e-5 and eff < 1e-4
+    say(f"- per failure x world: {steady / (num_f * num_w) * 1e6:.0f} us")
+    return ok
+
+
+def section_scaling():
+    k, num_f, num_w = 8, 64, 4
+    say(f"## cost against n (K = {k}, {num_f} failures x {num_w} worlds)")
+    say("| n | first call s | steady s | us per failure x world |")
+    say("|---|---|---|---|")
+    sizes, times = [], []
+    for n in (16, 32, 64, 128, 256, 512, 1024):
+        cases = chain_cases(n, n, num_f, k)
+        worlds = bj.fresh_worlds(2, num_f, num_w)
+        result, first, steady = call(lambda: bj.exact_blame(chain, cases, worlds))
+        assert result.method == "structured"
+        eff = float(np.abs(np.asarray(result.shapley).sum(1) - np.asarray(result.total)).max())
+        assert eff < 1e-3, eff
+        say(f"| {n} | {first:.2f} | {steady:.3f} | {steady / (num_f * num_w) * 1e6:.1f} |")
+        sizes.append(n)
+        times.append(steady)
+    slope = np.polyfit(np.log(sizes[2:]), np.log(times[2:]), 1)[0]
+    say(f"- fitted exponent of steady time ~ n^p over n = 64 ... 1024: p = {slope:.2f}")
+    return True
+
+
+def section_enumeration():
+    say("## against enumeration")
+    say("| pipeline | n | largest difference | enumerate s | structured s | speed-up |")
+    say("|---|---|---|---|---|---|")
+    ok = True
+    num_f = 64
+    rows = [("chain K=4", chain, chain_cases(n, n, num_f, 4, num_variants=3), n) for n in (8, 12, 16, 20)]
+    rows.append(("DAG, two-parent step", dag, dag_cases(0, num_f), 4))
+    d = bj.demos
+    rows += [
+        ("demo refund", d.refund_pipeline, d.refund_cases(num_f), 4),
+        ("demo rag", d.rag_pipeline, d.rag_cases(num_f), 4),
+        ("demo agent8", d.agent8_pipeline, d.agent8_cases(num_f), 8),
+        ("demo car (interaction)", d.interaction_pipeline, d.interaction_cases(num_f), 3),
+    ]
+    say(f"({num_f} failures x 4 fresh worlds each)")
+    for name, pipeline, cases, n in rows:
+        worlds = bj.fresh_worlds(3, num_f, 4)
+        fixes = {"s3": 2} if name.startswith("chain") else None
+        e, _, te = call(lambda: bj.exact_blame(pipeline, cases, worlds, method="enumerate", fixes=fixes), repeats=1)
+        s, _, ts = call(lambda: bj.exact_blame(pipeline, cases, worlds, fixes=fixes))
+        diff = max(
+            float(np.abs(np.asarray(getattr(s, f)) - np.asarray(getattr(e, f))).max())
+            for f in ("shapley", "banzhaf", "fix_alone", "leave_one_out", "empty", "full")
+        )
+        ok &= s.method == "structured" and diff <= 1e-5 and bool((s.last_step == e.last_step).all())
+        say(f"| {name} | {n} | {diff:.1e} | {te:.4f} | {ts:.4f} | {te / ts:.0f}x |")
+    return ok
+
+
+def take_pipeline(form, n):
+    def pipeline(ctx, case):
+        c = ctx.choose("s0", case["tables"][0])
+        chosen = [c]
+        for i in range(1, n):
+            c = ctx.choose(f"s{i}", case["tables"][i], given=c)
+            chosen.append(c)
+        d, v = chosen[-2], chosen[-1]
+        if form == "index":
+            return case["pair"][d.index, v.index]
+        if form == "take":
+            return v.take(d.take(case["pair"]))
+        return d.take(v.take(case["pair"].T))
+
+    return pipeline
+
+
+def section_take():
+    n, k, num_f = 20, 4, 4
+    say(f"## a score over two steps, enumerating path (n = {n}, K = {k}, {num_f} failures)")
+    cases = dict(chain_cases(5, n, num_f, k), pair=jnp.asarray(np.random.default_rng(6).uniform(size=(num_f, k, k)), jnp.float32))
+    worlds = bj.recorded_worlds(0, num_f)
+    out, cost = {}, {}
+    for form in ("index", "take", "swap"):
+        pipeline = take_pipeline(form, n)
+        result, _, steady = call(lambda: bj.exact_blame(pipeline, cases, worlds, method="enumerate"))
+        out[form], cost[form] = np.asarray(result.shapley), steady / (num_f * 2**n) * 1e9
+    same = all(np.array_equal(out["index"], out[f]) for f in out)
+    say(f"- ns per coalition: table[d.index, v.index] {cost['index']:.1f}, v.take(d.take(table)) "
+        f"{cost['take']:.1f} ({cost['take'] / cost['index']:.2f}x), d.take(v.take(table.T)) "
+        f"{cost['swap']:.1f} ({cost['swap'] / cost['index']:.2f}x); values equal bit for bit: {same}")
+    return same
+
+
+def section_mc():
+    n, k, num_f = 64, 4, 4
+    say(f"## Monte Carlo against structured exact values (n = {n}, K = {k}, {num_f} failures, recorded)")
+    cases = chain_cases(7, n, num_f, k)
+    worlds = bj.recorded_worlds(0, num_f)
+    exact, _, ts = call(lambda: bj.exact_blame(chain, cases, worlds))
+    say(f"- structured exact: {ts:.3f} s steady")
+    say("| max_evaluations per failure | largest error | wall s (incl. compile) |")
+    say("|---|---|---|")
+    reached = None
+    for budget in (2**14, 2**16, 2**18, 2**20, 2**22):
+        start = time.perf_counter()
+        mc = bj.mc_shapley(chain, cases, worlds, 0, max_evaluations=budget, stop=())
+        wall = time.perf_counter() - start
+        error = float(np.abs(np.asarray(mc.values) - np.asarray(exact.shapley)).max())
+        say(f"| {budget:,} | {error:.2e} | {wall:.1f} |")
+        if error < 1e-3:
+            reached = wall
+            break
+    say(f"- Monte Carlo reached a largest error below 1e-3 in {reached:.1f} s" if reached else
+        "- Monte Carlo did not reach 1e-3 within 2^22 evaluations per failure")
+    return True
+
+
+SECTIONS = dict(chain=section_chain, scaling=section_scaling, enumeration=section_enumeration, take=section_take, mc=section_mc)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    for name in SECTIONS:
+        parser.add_argument(f"--{name}", action="store_true")
+    args = parser.parse_args(argv)
+    chosen = [name for name in SECTIONS if getattr(args, name)] or list(SECTIONS)
+    load = os.getloadavg()[0]
+    say(f"# bench_structured.py --{' --'.join(chosen)}: {datetime.date.today()}, load {load:.1f}, "
+        f"jax {jax.__version__}, {jax.devices()[0].platform}")
+    ok = True
+    for name in chosen:
+        ok &= bool(SECTIONS[name]())
+    say(f"load at the end {os.getloadavg()[0]:.1f}; results {'agree' if ok else 'DISAGREE'}")
+    with OUT.open("a") as handle:
+        handle.write("\n".join(LINES) + "\n\n")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
