@@ -237,6 +237,23 @@ def doubles(*values):
     return {"arrayValue": {"values": [{"doubleValue": v} for v in values]}}
 
 
+def otlp_spans(*spans) -> str:
+    return json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": list(spans)}]}]})
+
+
+def otlp_logs(trace, span) -> str:
+    """One OTLP JSON export of one log record, the GenAI instrumentation's content event."""
+    record = {"eventName": "gen_ai.client.inference.operation.details", "attributes": []}
+    record |= {k: v for k, v in (("traceId", trace), ("spanId", span)) if v is not None}
+    return json.dumps({"resourceLogs": [{"scopeLogs": [{"logRecords": [record]}]}]})
+
+
+def console_span() -> str:
+    """One span as the OpenTelemetry SDK's ConsoleSpanExporter prints it."""
+    return json.dumps({"name": "decide", "context": {"trace_id": "0x" + "1" * 32, "span_id": "0x" + "2" * 16},
+                       "parent_id": None, "status": {"status_code": "ERROR"}, "attributes": {}}, indent=4)
+
+
 def decision(probabilities):
     return otlp(("decision.options", strings("a", "b")), ("decision.probabilities", doubles(*probabilities)),
                 ("decision.choice", {"stringValue": "a"}))
@@ -1033,19 +1050,62 @@ ROWS: list[Row] = [
          ('7.json: mistake_step: expected a string holding a 0-based index into history (0 to 0), got "5", past the history',)),
         ("whowhen-is-correct-string", 'is_correct "false" (a string)', lambda: T.from_whowhen(at("7.json", whowhen(is_correct="false"))),
          T.TraceError, ('7.json: is_correct: expected true or false, got "false"',)),
-        ("whowhen-no-outcome", "a record without is_correct, and no passed=",
-         lambda: T.from_whowhen(at("7.json", whowhen(is_correct=...))), T.TraceError,
-         ("7.json: is_correct: missing, so the run's outcome is unknown; pass passed=False",)),
+        ("whowhen-is-corrected-string", 'is_corrected "no" (the hand-crafted dialect, a string)',
+         lambda: T.from_whowhen(at("7.json", whowhen(is_correct=..., is_corrected="no"))), T.TraceError,
+         ('7.json: is_corrected: expected true or false, got "no"',)),
         ("whowhen-message-without-agent", "a history message with neither name nor role",
          lambda: T.from_whowhen(at("7.json", whowhen(history=[{"content": "x"}]))), T.TraceError,
          ("7.json: history[0]: no agent: expected a non-empty 'name', or a 'role' naming the agent",)),
         ("whowhen-passed-string", 'traces.from_whowhen(path, passed="no")',
          lambda: T.from_whowhen(at("7.json", whowhen()), passed="no"), TypeError, ("passed must be True, False or None, got 'no'",)),
         ("otel-not-an-export", 'traces.from_otel(path) of {"spans": []}', lambda: T.from_otel(at("spans.json", '{"spans": []}')),
-         T.TraceError, ('spans.json: resourceSpans: expected an OTLP JSON export {"resourceSpans": [...]}, got {"spans": []}',)),
+         T.TraceError, ("spans.json: not a span or log format that blamejax reads; tried OTLP JSON spans",
+                        "ConsoleSpanExporter prints", 'got {"spans": []}')),
+        ("otel-blamejax-trace", "traces.from_otel(path) of a blamejax trace file",
+         lambda: T.from_otel(at("runs.jsonl", trace_line())), T.TraceError,
+         ("runs.jsonl: a blamejax trace (one run per line), not spans: read it with bj.traces.read",)),
+        ("otel-mixed-formats", "a folder of OTLP JSON spans and ConsoleSpanExporter spans",
+         lambda: T.from_otel(at("spans/a.json", otlp()) and at("spans/b.log", console_span()) and "spans"), T.TraceError,
+         ("b.log: mixed formats: this holds the spans the OpenTelemetry SDK's ConsoleSpanExporter prints, but",
+          'a.json holds OTLP JSON spans {"resourceSpans": [...]}; keep one span format in a file or folder')),
+        ("otel-no-root", "two spans, each the other's parent: no root",
+         lambda: T.from_otel(at("spans.json", otlp_spans({"traceId": "t1", "spanId": "a", "parentSpanId": "b", "name": "x"},
+                                                         {"traceId": "t1", "spanId": "b", "parentSpanId": "a", "name": "y"}))),
+         T.TraceError, ("spans.json: span[a].parentSpanId: trace t1 has no root span (every span has a parent)",)),
+        ("otel-unknown-parent", "a span whose parent is not in the trace",
+         lambda: T.from_otel(at("spans.json", otlp_spans({"traceId": "t1", "spanId": "a", "parentSpanId": "b", "name": "x"}))),
+         T.TraceError, ("spans.json: span[a].parentSpanId: unknown parent span b: not in trace t1",)),
         ("otel-outcome-unknown", "a root span with status UNSET and no outcomes=",
          lambda: T.from_otel(at("spans.json", otlp(status=0))), T.TraceError,
-         ("spans.json: span[a].status: the outcome of trace t1 is unknown: its root span's status is UNSET; pass outcomes={'t1': True/False or a score}",)),
+         ("spans.json: span[a].status: the outcome of trace t1 is unknown: its root span's status is UNSET",
+          "no outcome.passed/outcome.score attribute or gen_ai.evaluation.result event; pass outcomes={'t1': True/False or a score}")),
+        ("otel-outcome-ok", "a root span with status OK (OpenInference's default) and no outcome",
+         lambda: T.from_otel(at("spans.json", otlp(status=1))), T.TraceError,
+         ("spans.json: span[a].status: the outcome of trace t1 is unknown: its root span's status is OK, "
+          "which is not taken as passed unless ok_means_passed=True",)),
+        ("otel-outcome-attribute-string", 'a root span with outcome.passed "no"',
+         lambda: T.from_otel(at("spans.json", otlp(("outcome.passed", {"stringValue": "no"})))), T.TraceError,
+         ('spans.json: span[a].outcome.passed: expected true or false, got "no"',)),
+        ("otel-ok-means-passed-int", "traces.from_otel(path, ok_means_passed=1)",
+         lambda: T.from_otel(at("spans.json", otlp()), ok_means_passed=1), TypeError,
+         ("ok_means_passed must be True or False, got 1",)),
+        ("otel-outcome-key-none", "traces.from_otel(path, outcome_key=None)",
+         lambda: T.from_otel(at("spans.json", otlp()), outcome_key=None), TypeError,
+         ("outcome_key must be 'trace_id', 'root_name' or the name of a root-span attribute, got None",)),
+        ("otel-outcome-unknown-root-name", 'traces.from_otel(path, outcome_key="root_name", outcomes={"plan": False})',
+         lambda: T.from_otel(at("spans.json", otlp()), outcome_key="root_name", outcomes={"plan": False}), T.TraceError,
+         ("spans.json: outcomes['plan']: no root span has this name",)),
+        ("otel-log-without-span", "a log record whose span is not in the spans read",
+         lambda: T.from_otel(at("spans/a.json", otlp()) and at("spans/logs.json", otlp_logs("t1", "0000000000000009")) and "spans"),
+         T.TraceError, ("logs.json: logRecords[0] (gen_ai.client.inference.operation.details).spanId: no span 0000000000000009 in trace t1 to join it to",)),
+        ("otel-log-without-ids", "a log record with no trace or span id, beside spans",
+         lambda: T.from_otel(at("spans/a.json", otlp()) and at("spans/logs.json", otlp_logs(None, None)) and "spans"),
+         T.TraceError, ("logs.json: logRecords[0] (gen_ai.client.inference.operation.details): no traceId/spanId: "
+                        "a log record that no span holds cannot be joined to a run",)),
+        ("otel-decision-no-logits", "a span with decision.options and no decision.probabilities",
+         lambda: T.from_otel(at("spans.json", otlp(("decision.options", strings("a", "b"))))), T.TraceError,
+         ("spans.json: span[a].decision.probabilities: missing: a decision with options needs the probabilities of its options",
+          "bj.traces.record_decision")),
         ("otel-outcomes-list", "traces.from_otel(path, outcomes=[True])", lambda: T.from_otel(at("spans.json", otlp()), outcomes=[True]),
          TypeError, ("outcomes must be a mapping of trace id -> bool or score, got list",)),
         ("otel-outcome-nan", 'traces.from_otel(path, outcomes={"t1": nan})',

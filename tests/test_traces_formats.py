@@ -288,7 +288,7 @@ def test_an_unknown_format_names_the_formats_tried(tmp_path):
     with pytest.raises(T.TraceError) as e:
         T.from_otel(tmp_path / "a.json")
     [problem] = e.value.problems
-    assert (problem.line, problem.field) == (1, "")
+    assert (problem.line, problem.field) == (None, "")  # the file is one document
     assert problem.message.startswith("not a span or log format that blamejax reads; tried OTLP JSON spans")
     assert "ConsoleSpanExporter" in problem.message and 'got {"spans": []}' in problem.message
     run = T.Run("r", (T.Step("s"),), passed=False)
@@ -317,14 +317,14 @@ def test_log_records_without_their_span(tmp_path):
     loaded = T.from_otel(tmp_path / "logs.json", errors="collect")
     assert loaded.runs == [] and loaded.skipped == 2
     assert _where(loaded.problems) == [
-        ("logs.json", 1, "logRecords[0] (gen_ai.client.inference.operation.details).spanId"),
-        ("logs.json", 1, "logRecords[1] (gen_ai.client.inference.operation.details).spanId"),
+        ("logs.json", None, "logRecords[0] (gen_ai.client.inference.operation.details).spanId"),
+        ("logs.json", None, "logRecords[1] (gen_ai.client.inference.operation.details).spanId"),
     ]
     assert loaded.problems[0].message.startswith(f"no span in trace {TRACE} to join it to")
     record = {"body": {"stringValue": "hello"}}  # no trace context at all
     (tmp_path / "logs.json").write_text(json.dumps({"resourceLogs": [{"scopeLogs": [{"logRecords": [record]}]}]}))
     (tmp_path / "spans.json").write_text(_export(_span("a", "agent", status=2)))
-    with pytest.raises(T.TraceError, match=r"logs\.json:1: logRecords\[0\]: no traceId/spanId: a log record that no span holds"):
+    with pytest.raises(T.TraceError, match=r"logs\.json: logRecords\[0\]: no traceId/spanId: a log record that no span holds"):
         T.from_otel(tmp_path)
 
 
@@ -376,3 +376,21 @@ def test_the_whowhen_command_reads_both_halves(capsys):
     assert "Who&When evaluation of 2 runs" in capsys.readouterr().out
     assert main(["whowhen", str(DATA / "whowhen" / "both")]) == 0
     assert "Who&When evaluation of 3 runs" in capsys.readouterr().out
+
+
+def test_every_run_imported_here_is_written_and_read_back(tmp_path):
+    jsonschema = pytest.importorskip("jsonschema")
+    validator = jsonschema.Draft202012Validator(json.loads(T.SCHEMA_PATH.read_text(encoding="utf-8")))
+    runs = [
+        *T.from_otel(SDK / "collector", outcomes={TRACE: False}, errors="collect").runs,
+        *T.from_whowhen(DATA / "whowhen" / "both"),
+    ]
+    for folder in ("protobuf", "console"):
+        [run] = T.from_otel(SDK / folder, outcomes={TRACE: 0.0})
+        runs.append(bj.traces.Run(f"{folder}-{run.run}", run.steps, run.score, run.passed, extra=run.extra))
+    runs += T.from_openinference(SDK / "openinference", outcomes={OPENINFERENCE_TRACE: False})
+    T.write(tmp_path / "all.jsonl", runs)
+    assert T.read(tmp_path / "all.jsonl") == runs
+    for line in (tmp_path / "all.jsonl").read_text(encoding="utf-8").split("\n")[:-1]:
+        errors = list(validator.iter_errors(json.loads(line)))
+        assert not errors, errors[0].message

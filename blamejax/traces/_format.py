@@ -132,7 +132,8 @@ class TraceError(ValueError):
 class Loaded(NamedTuple):
     """What `errors="collect"` gives: the good runs, every problem, and how many items were
     skipped because of them: runs (lines) of trace files; files for `from_whowhen`; traces,
-    and exports that could not be parsed, for `from_otel` and `from_openinference`."""
+    values and exports that could not be parsed, and log records that join no span, for
+    `from_otel` and `from_openinference`."""
 
     runs: list[Run]
     problems: list[Problem]

@@ -105,8 +105,8 @@ def _stream(text: str, file: Path, problems: list):
 
 
 def documents(file: Path, problems: list):
-    """`(line, value)` for each JSON value in `file`, `line` the 1-based line it starts on;
-    `(line, UNREADABLE)` after a problem (appended to `problems`) for what is not JSON.
+    """`(line, value)` for each JSON value in `file`, `line` the 1-based line it starts on
+    (None when the file is one value); `(line, UNREADABLE)` after a problem (appended to `problems`) for what is not JSON.
 
     JSON Lines when every line is a JSON value on its own, else a stream of values (one
     document, or pretty-printed values one after another); when neither reads cleanly, JSON
@@ -122,6 +122,8 @@ def documents(file: Path, problems: list):
         found: list = []
         values = list(reader(text, file, found))
         if not found:
+            if len(values) == 1:  # the file is one document: its problems name no line
+                values = [(None, values[0][1])]
             yield from values
             return
     first = next((chunk for chunk in split_lines(text) if chunk.strip()), "")
