@@ -115,7 +115,10 @@ def test_console_span_exporter_output(tmp_path):
     assert run.steps[1].tokens == {"input": 20, "output": 9}
     assert run.steps[1].extra["kind"] == "SpanKind.CLIENT"
     assert run.extra["resource"]["service.name"] == "two-agents"
-    # the logs (in OTLP JSON) beside the printed spans are joined to them
+    # the log records ConsoleLogRecordExporter printed beside them are joined to them
+    assert [s.output for s in run.steps] == OUTPUTS
+    assert run.steps[3].extra["logs"][0]["name"] == "gen_ai.client.inference.operation.details"
+    # as are logs in OTLP JSON beside the printed spans
     shutil.copy(SDK / "console" / "spans.log", tmp_path / "spans.log")
     shutil.copy(SDK / "collector" / "logs.json", tmp_path / "logs.json")
     [joined] = T.from_otel(tmp_path, outcomes={TRACE: False})

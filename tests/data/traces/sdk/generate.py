@@ -12,7 +12,8 @@ server (tests/scorer_server.py), traced twice:
   agent spans made by the user's code: `collector/spans.json` and `collector/logs.json` (one
   OTLP/JSON export per line, hex ids, as the Collector's file exporter writes),
   `protobuf/spans.json` and `protobuf/logs.json` (protobuf's `MessageToJson` of the same
-  requests: base64 ids), `console/spans.log` (what `ConsoleSpanExporter` prints);
+  requests: base64 ids), `console/spans.log` and `console/logs.log` (what `ConsoleSpanExporter`
+  and `ConsoleLogRecordExporter` print);
 - `openinference-instrumentation-openai`: `openinference/spans.ndjson` (JSON Lines).
 
 Times and ids come from the SDK, so every run of this script writes other values; the tests
@@ -121,6 +122,7 @@ def otel_v2(api):
     write(HERE / "protobuf" / "spans.json", MessageToJson(encode_spans(finished)) + "\n")
     write(HERE / "protobuf" / "logs.json", MessageToJson(encode_logs(records)) + "\n")
     write(HERE / "console" / "spans.log", "".join(s.to_json() + os.linesep for s in finished))
+    write(HERE / "console" / "logs.log", "".join(r.to_json() + os.linesep for r in records))
 
 
 def openinference(api):
