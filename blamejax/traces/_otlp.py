@@ -1,12 +1,11 @@
-"""OTLP JSON to flat span records: the files, the exports in them, each span's decoded fields.
+"""OTLP JSON to flat span and log records: the exports, each span's and log record's fields.
 
 An export is `{"resourceSpans": [{"resource", "scopeSpans": [{"scope", "spans": [...]}]}]}`
 (the OTLP/JSON encoding: hex ids, int64 values as strings, attributes as
 `[{"key", "value": {"stringValue" | "intValue" | "doubleValue" | "boolValue" | "arrayValue" |
-"kvlistValue" | "bytesValue": ...}}]`). A `.json` file holds one export, a `.jsonl` file one
-per line (as a collector's file exporter writes them), whatever its name (`_sniff.py` reads
-the content). Log records (`{"resourceLogs": [{"resource", "scopeLogs": [{"scope",
-"logRecords": [...]}]}]}`) are flattened the same way, to be joined to their spans.
+"kvlistValue" | "bytesValue": ...}}]`), or for log records `{"resourceLogs": [{"resource",
+"scopeLogs": [{"scope", "logRecords": [...]}]}]}`, flattened the same way, to be joined to
+their spans. Which files hold which exports is read from their content by `_sniff.py`.
 
 Ids are hex (OTLP/JSON); the base64 ids protobuf's `MessageToJson` writes are converted to
 hex, and the span says so (`base64`).

@@ -1,10 +1,12 @@
-"""Spans to runs: OTLP JSON traces, with OpenTelemetry GenAI or OpenInference attributes.
+"""Spans to runs: traces with OpenTelemetry GenAI or OpenInference attributes.
 
-One trace (trace id) is one run; one span is one step, in the order the spans started (a
-parent always before its children), whose parent is the step of its parent span. What the
-attributes say is read by `_attributes.py`; everything not mapped stays in the step's
-`extra` (the span as written, its attributes decoded). docs/traces.md has the mapping tables
-and the outcome rule.
+The files are read by `_sniff.py` (OTLP JSON, `_otlp.py`; the console exporters' output,
+`_console.py`), their log records joined here to their spans. One trace (trace id) is one
+run; one span is one step, in the order the spans started (a parent always before its
+children), whose parent is the step of its parent span. What the attributes say is read by
+`_attributes.py`, the run's outcome by `_outcomes.py`; everything not mapped stays in the
+step's `extra` (the span as written, its attributes decoded). docs/traces.md has the mapping
+tables, the agent rule and the outcome rule.
 """
 
 import re
