@@ -397,3 +397,15 @@ def test_every_run_imported_here_is_written_and_read_back(tmp_path):
     for line in (tmp_path / "all.jsonl").read_text(encoding="utf-8").split("\n")[:-1]:
         errors = list(validator.iter_errors(json.loads(line)))
         assert not errors, errors[0].message
+
+
+def test_bad_json_says_how_the_file_was_read(tmp_path):
+    (tmp_path / "a.json").write_text('{"resourceSpans": [\n  {"scopeSpans": []},\n  oops\n]}\n')
+    [problem] = T.from_otel(tmp_path / "a.json", errors="collect").problems
+    assert problem.line == 3
+    assert problem.message == (
+        "not valid JSON: Expecting value at column 3 (read as JSON documents one after another)"
+    )
+    (tmp_path / "b.json").write_text('{"resourceSpans": []}\n{"resourceSpans": [\n')
+    [problem] = T.from_otel(tmp_path / "b.json", errors="collect").problems
+    assert problem.line == 2 and problem.message.endswith("(read as JSON Lines: one value per line)")

@@ -80,7 +80,8 @@ def _lines(text: str, file: Path, problems: list):
         try:
             yield line, json.loads(chunk, parse_constant=str)
         except json.JSONDecodeError as e:
-            problems.append(Problem(str(file), line, "", f"not valid JSON: {e.msg} at column {e.colno}"))
+            message = f"not valid JSON: {e.msg} at column {e.colno} (read as JSON Lines: one value per line)"
+            problems.append(Problem(str(file), line, "", message))
             yield line, UNREADABLE
 
 
@@ -95,9 +96,8 @@ def _stream(text: str, file: Path, problems: list):
         try:
             value, position = decoder.raw_decode(text, position)
         except json.JSONDecodeError as e:
-            problems.append(
-                Problem(str(file), e.lineno, "", f"not valid JSON: {e.msg} at column {e.colno}")
-            )
+            message = f"not valid JSON: {e.msg} at column {e.colno} (read as JSON documents one after another)"
+            problems.append(Problem(str(file), e.lineno, "", message))
             yield line, UNREADABLE
             position = _next_value(text, position)
             continue
