@@ -1078,7 +1078,7 @@ ROWS: list[Row] = [
         ("otel-outcome-unknown", "a root span with status UNSET and no outcomes=",
          lambda: T.from_otel(at("spans.json", otlp(status=0))), T.TraceError,
          ("spans.json: span[a].status: the outcome of trace t1 is unknown: its root span's status is UNSET",
-          "no outcome.passed/outcome.score attribute or gen_ai.evaluation.result event; pass outcomes={'t1': True/False or a score}")),
+          "no outcome.passed/outcome.score attribute or gen_ai.evaluation.result event on it; pass outcomes={'t1': True/False or a score}")),
         ("otel-outcome-ok", "a root span with status OK (OpenInference's default) and no outcome",
          lambda: T.from_otel(at("spans.json", otlp(status=1))), T.TraceError,
          ("spans.json: span[a].status: the outcome of trace t1 is unknown: its root span's status is OK, "

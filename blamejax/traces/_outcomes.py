@@ -141,7 +141,7 @@ def outcome(tid, roots, outcomes, outcome_key, ok_means_passed, bad, matched: se
         roots[0],
         "status",
         f"the outcome of trace {tid} is unknown: its root span's status is {status}, and it has "
-        f"no {OUTCOME_PASSED}/{OUTCOME_SCORE} attribute or {EVALUATION_RESULT} event; "
+        f"no {OUTCOME_PASSED}/{OUTCOME_SCORE} attribute or {EVALUATION_RESULT} event on it; "
         f"pass outcomes={{{tid!r}: True/False or a score}}",
     )
     return None, None, None
