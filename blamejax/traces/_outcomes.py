@@ -58,7 +58,8 @@ def keys_of(tid, roots, outcome_key) -> list:
         return [tid]
     if outcome_key == "root_name":
         return [s["name"] for s in roots]
-    return [s["attributes"][outcome_key] for s in roots if outcome_key in s["attributes"]]
+    values = [s["attributes"].get(outcome_key) for s in roots]
+    return [v for v in values if isinstance(v, str | int) and not isinstance(v, bool)]
 
 
 def _as_outcome(value):
