@@ -60,6 +60,16 @@ class Row(NamedTuple):
 refund = bj.demos.refund_pipeline
 CASES = bj.demos.refund_cases(2)
 WORLDS = bj.recorded_worlds(0, 2)
+
+
+def _free_form(ctx, case):
+    """A pipeline whose second step computes its logits from the first draw (free-form)."""
+    a = ctx.choose("a", case["a"])
+    b = ctx.choose("b", case["b"][:, a.index])
+    return b.take(case["score"])
+
+
+_FREE_CASES = dict(a=np.zeros((2, 2, 3), np.float32), b=np.zeros((2, 2, 3, 3), np.float32), score=np.ones((2, 3), np.float32) / 2)
 CASE = jax.tree_util.tree_map(lambda x: x[0], CASES)
 STRUCTURE = bj.discover(refund, CASE)
 do = bj.interventions
@@ -669,9 +679,20 @@ ROWS: list[Row] = [
          ("`max_steps` must be a positive int, got 0",)),
         ("max-steps-float", "max_steps=20.0", lambda: bj.exact_blame(refund, CASES, WORLDS, max_steps=20.0), ValueError,
          ("`max_steps` must be a positive int, got 20.0",)),
-        ("max-steps-below-n", "max_steps=2 for 4 steps", lambda: bj.exact_blame(refund, CASES, WORLDS, max_steps=2),
+        ("max-steps-below-n", 'method="enumerate", max_steps=2 for 4 steps',
+         lambda: bj.exact_blame(refund, CASES, WORLDS, method="enumerate", max_steps=2),
          ValueError, ("exact Shapley over n = 4 steps needs 2^4 coalitions", "above `max_steps` = 2",
-                      "use Monte Carlo sampling (blamejax.mc_shapley) or raise `max_steps` deliberately")),
+                      "Use Monte Carlo sampling (blamejax.mc_shapley) or raise `max_steps` deliberately")),
+        ("method-unknown", 'method="exact"', lambda: bj.exact_blame(refund, CASES, WORLDS, method="exact"),
+         ValueError, ("`method` must be one of ['auto', 'structured', 'enumerate'], got 'exact'",)),
+        ("method-structured-free-form", 'method="structured" for a step whose logits are computed from a draw',
+         lambda: bj.exact_blame(_free_form, _FREE_CASES, bj.recorded_worlds(0, 2), method="structured"),
+         ValueError, ("`method='structured'` does not apply to this pipeline",
+                      "step 'b' computes its logits from the option of 'a' by free JAX code")),
+        ("free-form-above-max-steps", "a free-form pipeline of 2 steps, max_steps=1",
+         lambda: bj.exact_blame(_free_form, _FREE_CASES, bj.recorded_worlds(0, 2), max_steps=1),
+         ValueError, ("above `max_steps` = 1; the structured path does not apply because step 'b' computes",
+                      "blamejax.mc_shapley")),
         ("chunk-size-not-power-of-two", "chunk_size=3", lambda: bj.exact_blame(refund, CASES, WORLDS, chunk_size=3),
          ValueError, ("`chunk_size` must be a positive power of two, got 3",)),
         ("chunk-size-zero", "chunk_size=0", lambda: bj.exact_blame(refund, CASES, WORLDS, chunk_size=0), ValueError,

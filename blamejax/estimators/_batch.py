@@ -58,7 +58,7 @@ from ._checkpoint import (
     write_checkpoint,
 )
 from ._devices import over_failures
-from ._exact import exact_run, explain_nan, on_device, take_rows
+from ._exact import exact_run, explain_nan, on_device, structured_plan, take_rows
 from ._mc import mc_shapley_fixed
 from ._order import visit_order
 
@@ -279,7 +279,8 @@ def blame_batch(
                 f"[cases, sites] = {list(expected)}, got shape {list(np.shape(observed))}"
             )
     if estimator == "auto":
-        estimator = "exact" if game.num_players <= EXACT_AUTO_LIMIT else "mc"
+        exact = game.num_players <= EXACT_AUTO_LIMIT or structured_plan(game, cases)[2] is None
+        estimator = "exact" if exact else "mc"
     if not isinstance(keep_coalitions, bool):
         raise TypeError(f"`keep_coalitions` must be a bool, got {keep_coalitions!r}")
     if keep_coalitions and estimator != "exact":
@@ -689,7 +690,9 @@ def _analyse(settings: BatchSettings, cases, worlds, start: int, case_ids) -> di
         )  # one transfer; the total repair v(all) - v(empty) on the host (as `result.total`, in its dtype)
         out = dict(shapley=out["shapley"], total=out["full"] - out["empty"], **{k: v for k, v in out.items() if k != "shapley"})
         out = {name: value.astype(np.float64) if name != "last_step" else value for name, value in out.items()}
-        return dict(out, evaluations=num_f * num_w * (1 << n))
+        # The structured path scores no coalition on its own: it counts its direct runs.
+        runs = 2 + n if result.method == "structured" else 1 << n
+        return dict(out, evaluations=num_f * num_w * runs)
     key = jr.fold_in(settings.key, 0)  # failure i of the stream: fold_in(key, i), whatever its block
     function = _mc_function(game, settings.num_permutations)
     estimate, empty, full, last, resolve, low, high, nan = over_failures(  # split over devices
@@ -888,7 +891,8 @@ class BatchResult(JSONExport, eqx.Module):
       failed run and in the fully fixed run (world 0), for the drill-down.
     - `evaluations`: pipeline runs made: one per case (run as it happened), one per failure to
       analyse (its fully fixed run, for the drill-down), plus the analysis's coalition
-      evaluations.
+      evaluations (for exact blame by structure, which scores no coalition on its own, its
+      direct runs: v(empty), v(all) and each fix alone, per world).
     - `coalition_scores`: `Float[np.ndarray, "A W 2**n"]`, every coalition's score in every
       world (coalition m fixes step j when bit j of m is set), and `coalition_choices`:
       `Int[np.ndarray, "A 2**n sites"]`, every draw's option under the failure's recorded
