@@ -23,6 +23,7 @@ import blamejax as bj
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
+OUTPUT = re.compile(r"^```text\n(.*?)^```", re.DOTALL | re.MULTILINE)
 SKIP = re.compile(r"^\s*# doctest: skip\b *\(?([^)\n]*)", re.MULTILINE)
 SLOW = re.compile(r"^\s*# doctest: slow\b", re.MULTILINE)
 
@@ -103,12 +104,20 @@ def _markdown_files():
 
 
 @pytest.mark.parametrize("path", _markdown_files())
-def test_markdown_blocks(path, tmp_path, monkeypatch):
+def test_markdown_blocks(path, tmp_path, monkeypatch, capsys):
+    """The blocks run; in README.md, each ```text block is output its code really prints."""
     monkeypatch.chdir(tmp_path)
     namespace = {"__name__": "__docs__"}
-    for i, code in enumerate(BLOCK.findall(path.read_text())):
+    text = path.read_text()
+    for i, code in enumerate(BLOCK.findall(text)):
         if not SKIP.search(code):
             exec(compile(code, f"<{path.relative_to(ROOT)}, python block {i}>", "exec"), namespace)
+    if path.name == "README.md":
+        printed = capsys.readouterr().out
+        shown = OUTPUT.findall(text)
+        assert shown, "README.md shows no ```text output block"
+        for block in shown:
+            assert block in printed, f"README.md shows output its code does not print:\n{block}"
 
 
 def test_examples_are_collected():
