@@ -276,3 +276,53 @@ def test_batch_and_traces_use_it(getkey):
     cases = random_chain_cases(getkey(), 24, num_cases=40, num_options=3)
     result = bj.blame_batch(chain_pipeline, cases, key=0, estimator="exact")
     assert len(result.steps) == 24 and np.isfinite(np.asarray(result.mean_shapley)).all()
+
+
+def trace_like(given, accept_steps):
+    """A pipeline as `bj.traces` builds one: each step given one earlier step (or none), and a
+    score that is the product of the accepted-option tables of some steps."""
+
+    def pipeline(ctx, case):
+        made = []
+        for i, g in enumerate(given):
+            made.append(ctx.choose(f"s{i}", case["tables"][i], given=None if g is None else made[g]))
+        value = jnp.ones((), case["accept"][0].dtype)
+        for i in accept_steps:
+            value = value * made[i].take(case["accept"][i])
+        return value
+
+    return pipeline
+
+
+def trace_like_cases(seed, given, num_cases):
+    rng = np.random.default_rng(seed)
+    sizes = [int(rng.integers(2, 5)) for _ in given]
+    tables, accept = [], []
+    for i, g in enumerate(given):
+        shape = (num_cases, 2) + (() if g is None else (sizes[g],)) + (sizes[i],)
+        ok = rng.uniform(size=(num_cases, sizes[i])) < 0.6
+        ok[:, 0] = True  # some option is accepted
+        logits = 1.5 * rng.standard_normal(shape)
+        # The fix leans towards accepted options (so that coalitions differ).
+        logits[:, 1] += 3.0 * ok.reshape((num_cases,) + (1,) * (len(shape) - 3) + (sizes[i],))
+        tables.append(jnp.asarray(logits, jnp.float32))
+        accept.append(jnp.asarray(ok, jnp.float32))
+    return dict(tables=tables, accept=accept)
+
+
+@pytest.mark.parametrize("shape", ["chain", "tree"])
+def test_product_score_is_carried_as_factors(shape, getkey):
+    """A score over every step (3^14 joint options, too wide for one table) that is a product
+    of one factor per step: carried as factors, equal to enumeration."""
+    n = 14
+    rng = np.random.default_rng(3)
+    given = [None] + [i - 1 if shape == "chain" else int(rng.integers(0, i)) for i in range(1, n)]
+    given[5] = None  # a root in the middle
+    pipeline = trace_like(tuple(given), tuple(range(n)))
+    cases = trace_like_cases(4, given, 4)
+    worlds = bj.fresh_worlds(getkey(), 4, 2)
+    game = bj.Game.make(pipeline, cases)
+    elim, graph, reason = _exact.structured_plan(game, cases)
+    assert reason is None and len(elim.factors) == n + 1 and elim.chain == (shape == "chain")
+    s, e = both(pipeline, cases, worlds)
+    assert_same(s, e)

@@ -23,7 +23,7 @@ from .._game import Game, make_game
 from ..coalitions import coalition_values, explain_nan_score, last_step_blame
 from ..pipeline import Hard, World, check_finite_logits, world_noise
 from ..reduction import Attribution, attribute
-from ..structured import chain_maps, elimination, find_graph, score_table, site_logits, site_maps, world_blame
+from ..structured import chain_maps, elimination, factor_tables, find_graph, site_logits, site_maps, world_blame
 from ..report import (
     JSONExport,
     number,
@@ -195,13 +195,20 @@ def structured_plan(game: Game, cases, max_states: int = DEFAULT_MAX_STATES):
         )
     if graph.foreign:
         return None, None, f"`given` of step {named(graph.foreign[0])} holds a choice its context did not return"
-    table = int(np.prod([structure.sites[s].num_options for s in graph.scope], dtype=np.int64))
-    if table > max_states:
-        return None, None, (
-            f"the score reads {len(graph.scope)} steps ({', '.join(named(s) for s in graph.scope)}), "
-            f"{table:,} joint options, above {max_states:,}"
-        )
-    elim = elimination(structure, graph, list(game.players), list(game.fixes))
+    def states(scope):
+        return int(np.prod([structure.sites[s].num_options for s in scope], dtype=np.int64))
+
+    factors = (graph.scope,)
+    if states(graph.scope) > max_states:  # a product of factors, each multiplied in at its last site
+        widest = max(graph.factors, key=states)
+        if states(widest) > max_states:
+            return None, None, (
+                f"the score reads {len(graph.scope)} steps ({', '.join(named(s) for s in graph.scope)}), "
+                f"{states(graph.scope):,} joint options, above {max_states:,}, and its widest factor "
+                f"reads {len(widest)} of them ({states(widest):,} joint options)"
+            )
+        factors = graph.factors
+    elim = elimination(structure, graph, list(game.players), list(game.fixes), factors)
     if elim.width > max_states:
         sites = [named(v) for v in elim.widest if v < len(structure.sites)]
         bits = len(elim.widest) - len(sites)
@@ -260,7 +267,7 @@ def _structured_function(game: Game, elim, graph, interactions: bool):
     def per_failure(case, worlds, threshold):
         num_worlds = worlds.key.shape[0]
         logits = site_logits(pipeline, structure, case)  # depend on no world
-        score = score_table(pipeline, structure, graph, case)
+        score = factor_tables(pipeline, structure, graph, case, elim.factors)
         blame = jax.vmap(per_world, in_axes=(0, None, None))(worlds, logits, score)
 
         def mean(x):

@@ -16,6 +16,7 @@ from ._extension import reachable as reachable
 from ._extension import site_maps as site_maps
 from ._extension import world_blame as world_blame
 from ._graph import Graph as Graph
+from ._graph import factor_tables as factor_tables
 from ._graph import find_graph as find_graph
 from ._graph import read_tables as read_tables
 from ._graph import score_table as score_table

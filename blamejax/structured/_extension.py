@@ -45,10 +45,12 @@ class SiteOp(NamedTuple):
     """One draw of the forward contraction (static).
 
     - `site`: the draw site; `parents`: the sites its table reads.
-    - `player`: the player whose fix switches it, or -1.
+    - `player`: the player whose fix switches it, or -1; `fix`: that player's fix variant.
     - `bit`: -1 when the player's fix bit is mixed in at this draw alone; otherwise the
       frontier label of the bit (a step with several draws), opened at its first draw.
     - `opens`: whether this draw opens `bit`.
+    - `factors`: the score's factors multiplied in at this draw (indices into
+      `Elimination.factors`): those whose last site it is.
     - `out`: the frontier labels after this draw.
     """
 
@@ -58,6 +60,7 @@ class SiteOp(NamedTuple):
     fix: int
     bit: int
     opens: bool
+    factors: tuple[int, ...]
     out: tuple[int, ...]
 
 
@@ -66,18 +69,19 @@ class Elimination(NamedTuple):
 
     - `ops`: one `SiteOp` per draw site, in pipeline order.
     - `sizes`: the number of states of every label (a site's K, a bit's 2).
-    - `scope`: the score's sites; `site_player`: the player of each site (-1 for none).
+    - `factors`: the sites each factor of the score reads (the whole score as one factor
+      when its table is small enough).
+    - `site_player`: the player of each site (-1 for none).
     - `width`: the most states the frontier holds at once (per quadrature node).
     - `widest`: the labels of that frontier.
-    - `chain`: whether the draws form a chain of equal K (each draw's one parent the draw
-      before it, one draw per step, the score reading at most the last draw): the recursion
-      is then a `lax.scan` over the draws (`chain_blame`), and the compiled program does not
-      grow with n.
+    - `chain`: whether each draw reads at most the draw before it, one draw per step, and
+      every factor at most one site: the recursion is then a `lax.scan` over the draws
+      (`chain_gains`), and the compiled program does not grow with n.
     """
 
     ops: tuple[SiteOp, ...]
     sizes: tuple[int, ...]
-    scope: tuple[int, ...]
+    factors: tuple[tuple[int, ...], ...]
     site_player: tuple[int, ...]
     width: int
     widest: tuple[int, ...]
@@ -88,20 +92,28 @@ class Elimination(NamedTuple):
         return 1 + max(self.site_player, default=-1)
 
 
-def elimination(structure: Structure, graph: Graph, players, fixes) -> Elimination:
-    """The contraction order for `players` (step indices) with fix variants `fixes`: the
-    draws in pipeline order, each label dropped after its last reader."""
+def elimination(structure: Structure, graph: Graph, players, fixes, factors=None) -> Elimination:
+    """The contraction order for `players` (step indices) with fix variants `fixes` and the
+    score as `factors` (scopes; default the whole score, `(graph.scope,)`): the draws in
+    pipeline order, each factor multiplied in at its last site, each label dropped after its
+    last reader."""
+    factors = (tuple(graph.scope),) if factors is None else tuple(tuple(f) for f in factors)
     num_sites = len(structure.sites)
     site_player = []
     for site in structure.sites:
         step = structure.step_index(site.step)
         site_player.append(players.index(step) if step in players else -1)
     sizes = [site.num_options for site in structure.sites] + [2] * len(players)
+    attach = {s: [] for s in range(num_sites)}
+    for k, scope in enumerate(factors):
+        attach[max(scope, default=0)].append(k)
     last_read: dict[int, int] = {}
     for s in range(num_sites):
         for p in graph.parents[s]:
             last_read[p] = s
-    scope = set(graph.scope)
+        for k in attach[s]:
+            for p in factors[k]:
+                last_read[p] = max(last_read.get(p, -1), s)
     draws_of: dict[int, list[int]] = {}
     for s, j in enumerate(site_player):
         if j >= 0:
@@ -114,25 +126,20 @@ def elimination(structure: Structure, graph: Graph, players, fixes) -> Eliminati
         several = j >= 0 and len(draws_of[j]) > 1
         bit = num_sites + j if several else -1
         opens = several and draws_of[j][0] == s
-        before = frontier + ([bit] if opens else [])
-        after = before + [s]
+        after = frontier + ([bit] if opens else []) + [s]
         states = int(np.prod([sizes[v] for v in after], dtype=np.int64))
         if states > width:
             width, widest = states, tuple(after)
-        drop = {p for p in graph.parents[s] if last_read[p] == s and p not in scope}
-        if s not in scope and s not in last_read:
-            drop.add(s)
+        drop = {v for v in after if v < num_sites and last_read.get(v, v) <= s}
         if several and draws_of[j][-1] == s:
             drop.add(bit)
         frontier = [v for v in after if v not in drop]
         fix = fixes[j] if j >= 0 else 0
-        ops.append(SiteOp(s, tuple(graph.parents[s]), j, fix, bit, opens, tuple(frontier)))
-    chain = (
-        len({site.num_options for site in structure.sites}) == 1
-        and all(op.parents == ((op.site - 1,) if op.site else ()) and op.bit < 0 for op in ops)
-        and set(graph.scope) <= {num_sites - 1}
+        ops.append(SiteOp(s, tuple(graph.parents[s]), j, fix, bit, opens, tuple(attach[s]), tuple(frontier)))
+    chain = all(op.parents in ((), (op.site - 1,)) and op.bit < 0 for op in ops) and all(
+        len(scope) <= 1 for scope in factors
     )
-    return Elimination(tuple(ops), tuple(sizes), tuple(graph.scope), tuple(site_player), width, widest, chain)
+    return Elimination(tuple(ops), tuple(sizes), factors, tuple(site_player), width, widest, chain)
 
 
 def site_maps(structure: Structure, logits, noise, world) -> tuple:
@@ -148,28 +155,31 @@ def site_maps(structure: Structure, logits, noise, world) -> tuple:
     return tuple(maps)
 
 
-def _mix(elim: Elimination, op: SiteOp, T, axes, maps, weights, dtype):
-    """One draw of the contraction: `T` over `[BATCH] + axes` times the draw's tensor.
-    `weights`: `(1 - t_j, t_j)` per batch row for the player's bit, or None for the
-    reachability pass (both weights 1)."""
+def _step(elim: Elimination, op: SiteOp, T, axes, maps, weights, tables, dtype, out=None):
+    """One draw of the contraction: `T` over `[BATCH] + axes` times the draw's tensor and the
+    factors attached to it, summed to `out` (default `op.out`). `weights`: `(1 - t_j, t_j)`
+    per batch row for the player's bit, or None (both weights 1: the reachability pass)."""
     best = maps[op.site]
     size = elim.sizes[op.site]
-    fact = jax.nn.one_hot(best[0], size, dtype=dtype)  # [*K_parents, K]
+    fact = jax.nn.one_hot(best[0], size, dtype=dtype)  # [*K_parents, K]; -1: a zero row
     ins = [BATCH] + list(axes)
     table = list(op.parents) + [op.site]
-    out = [BATCH] + list(op.out)
+    out = [BATCH] + list(op.out if out is None else out)
+    extra = []
+    for k in op.factors:
+        extra += [tables[k].astype(dtype), list(elim.factors[k])]
     if op.player < 0:
-        return jnp.einsum(T, ins, fact, table, out)
+        return jnp.einsum(T, ins, fact, table, *extra, out)
     fix = jax.nn.one_hot(best[op.fix], size, dtype=dtype)
     if op.bit < 0:
-        a = jnp.einsum(T, ins, fact, table, out)
-        b = jnp.einsum(T, ins, fix, table, out)
+        a = jnp.einsum(T, ins, fact, table, *extra, out)
+        b = jnp.einsum(T, ins, fix, table, *extra, out)
         if weights is None:
             return a + b
-        lift = (-1,) + (1,) * len(op.out)
+        lift = (-1,) + (1,) * (len(out) - 1)
         return weights[0].reshape(lift) * a + weights[1].reshape(lift) * b
     both = jnp.stack([fact, fix])  # [2, *K_parents, K]
-    return jnp.einsum(T, ins, both, [op.bit] + table, out)
+    return jnp.einsum(T, ins, both, [op.bit] + table, *extra, out)
 
 
 def _open_bit(T, weights):
@@ -180,9 +190,9 @@ def _open_bit(T, weights):
     return jnp.stack([T * weights[0].reshape(lift), T * weights[1].reshape(lift)], axis=-1)
 
 
-def extension(elim: Elimination, maps, score, t):
-    """`F(t)` for a batch of points `t` (`[B, n]`, the players' probabilities): `[B]`. The
-    score table must be finite wherever it can be reached (see `reachable`)."""
+def extension(elim: Elimination, maps, tables, t):
+    """`F(t)` for a batch of points `t` (`[B, n]`, the players' probabilities): `[B]`.
+    `tables`: the score's factor tables, finite wherever they can be reached (`reachable`)."""
     dtype = t.dtype
     T = jnp.ones((t.shape[0],), dtype)
     axes: tuple[int, ...] = ()
@@ -193,26 +203,25 @@ def extension(elim: Elimination, maps, score, t):
             weights = (1 - tj, tj)
         if op.opens:
             T, axes = _open_bit(T, weights), axes + (op.bit,)
-        T = _mix(elim, op, T, axes, maps, weights if op.bit < 0 else None, dtype)
+        T = _step(elim, op, T, axes, maps, weights if op.bit < 0 else None, tables, dtype)
         axes = op.out
-    return jnp.einsum(T, [BATCH] + list(axes), score.astype(dtype), list(elim.scope), [BATCH])
+    return T
 
 
 def reachable(elim: Elimination, maps, dtype):
-    """Which joint options of the score's sites some coalition reaches (`[K_scope...]`, 0 or
-    1) and whether some coalition draws from a row with no valid option: the contraction
-    with every weight 1, clipped to 1 after each draw."""
+    """Which options of each factor's sites some coalition reaches (one 0/1 array per factor,
+    over its scope) and whether some coalition draws from a row with no valid option: the
+    contraction with every weight 1, clipped to 1 after each draw."""
     T = jnp.ones((1,), dtype)
     axes: tuple[int, ...] = ()
     invalid = jnp.asarray(False)
+    ones = tuple(jnp.ones([elim.sizes[s] for s in scope], dtype) for scope in elim.factors)
+    masks: list = [None] * len(elim.factors)
     for op in elim.ops:
         if op.opens:
             T, axes = _open_bit(T, None), axes + (op.bit,)
         best = maps[op.site]
-        if op.player >= 0:
-            rows = jnp.stack([best[0], best[op.fix]])
-        else:
-            rows = best[:1]
+        rows = jnp.stack([best[0], best[op.fix]]) if op.player >= 0 else best[:1]
         bad = (rows < 0).astype(dtype)  # [variants seen, *K_parents]
         ins = [BATCH] + list(axes)
         if op.bit >= 0:
@@ -220,16 +229,19 @@ def reachable(elim: Elimination, maps, dtype):
         else:
             hit = jnp.einsum(T, ins, bad.sum(0), list(op.parents), [])
         invalid = invalid | (hit > 0)
-        T = jnp.minimum(_mix(elim, op, T, axes, maps, None, dtype), 1)
+        bare = op._replace(factors=())
+        for k in op.factors:
+            masks[k] = jnp.minimum(_step(elim, bare, T, axes, maps, None, ones, dtype, out=elim.factors[k])[0], 1)
+        T = jnp.minimum(_step(elim, bare, T, axes, maps, None, ones, dtype), 1)
         axes = op.out
-    order = [list(axes).index(s) + 1 for s in elim.scope]
-    return jnp.transpose(T, [0] + order)[0], invalid
+    return tuple(masks), invalid
 
 
-def direct_runs(elim: Elimination, graph: Graph, maps, score, bits):
+def direct_runs(elim: Elimination, graph: Graph, maps, tables, bits):
     """Single runs made with the maps: for each row of `bits` (`Bool[Array, "B n"]`, the
-    players that run their fix) the option of every site `[B, sites]`, whether a draw had no
-    valid option `[B]`, and the score `[B]`."""
+    players that run their fix) the options of the first two runs `[2, sites]`, whether a
+    draw of each run had no valid option `[B]`, and the score `[B]` (the factors multiplied
+    left to right, as the pipeline does)."""
     options, invalid = [], jnp.zeros(bits.shape[0], bool)
     for op in elim.ops:
         best = maps[op.site]
@@ -239,8 +251,11 @@ def direct_runs(elim: Elimination, graph: Graph, maps, score, bits):
         chosen = best[(variant,) + tuple(options[p] for p in graph.parents[op.site])]
         invalid = invalid | (chosen < 0)
         options.append(jnp.maximum(chosen, 0))
-    values = score[tuple(options[s] for s in elim.scope)] if elim.scope else jnp.broadcast_to(score, bits.shape[:1])
-    return jnp.stack(options, axis=1), invalid, values
+    values = None
+    for table, scope in zip(tables, elim.factors):
+        value = table[tuple(options[s] for s in scope)] if scope else jnp.broadcast_to(table, bits.shape[:1])
+        values = value if values is None else values * value
+    return jnp.stack(options, axis=1)[:2], invalid, values
 
 
 @functools.cache
@@ -274,13 +289,16 @@ class WorldBlame(NamedTuple):
 
 
 def chain_arrays(elim: Elimination, maps):
-    """A chain's maps as arrays: the factual and the fix map of every draw `[sites, K]` (a
-    root's rows all equal; a non-player's fix is its factual map), -1 for no valid option."""
-    size = elim.sizes[0]
+    """A chain's maps as arrays: the factual and the fix map of every draw `[sites, K]` (K the
+    most options of any draw; a root's rows all equal, rows past the parent's options 0; a
+    non-player's fix is its factual map), -1 for no valid option."""
+    size = max(elim.sizes[: len(elim.ops)])
     fact, fix = [], []
     for op in elim.ops:
         best = maps[op.site]
         f, g = best[0], best[op.fix] if op.player >= 0 else best[0]
+        if f.ndim:  # pad the parent's axis to K
+            f, g = (jnp.pad(x, (0, size - x.shape[0])) for x in (f, g))
         fact.append(jnp.broadcast_to(f, (size,)))
         fix.append(jnp.broadcast_to(g, (size,)))
     return jnp.stack(fact), jnp.stack(fix)
@@ -288,10 +306,16 @@ def chain_arrays(elim: Elimination, maps):
 
 def chain_maps(structure: Structure, elim: Elimination, logits, noise, world):
     """`chain_arrays(elim, site_maps(...))` with one `hard_argmax` for every draw after the
-    root, their tables stacked (when they have as many variants), so that the compiled
-    program holds a few operations per draw instead of a dozen."""
+    root, their tables stacked (when they all have one shape), so that the compiled program
+    holds a few operations per draw instead of a dozen."""
     rest = logits[1:]
-    if not rest or len({table.shape for table in rest}) != 1 or len({t.dtype for t in rest}) != 1:
+    parents = [op.parents for op in elim.ops[1:]]
+    if (
+        not rest
+        or len({table.shape for table in rest}) != 1
+        or len({t.dtype for t in rest}) != 1
+        or any(p == () for p in parents)
+    ):
         return chain_arrays(elim, site_maps(structure, logits, noise, world))
     size = elim.sizes[0]
     rows = noise[:, :size]
@@ -308,41 +332,62 @@ def chain_maps(structure: Structure, elim: Elimination, logits, noise, world):
     return fact, fix
 
 
-def chain_gains(fact, fix, weights, score):
+def chain_factors(elim: Elimination, tables, dtype):
+    """A chain's factors as one `[sites, K]` array (the product of the factors of each site,
+    0 past its options, 1 where it has none) and the product of the constant factors."""
+    size = max(elim.sizes[: len(elim.ops)])
+    unary = [jnp.ones((size,), dtype) for _ in elim.ops]
+    constant = jnp.ones((), dtype)
+    for table, scope in zip(tables, elim.factors):
+        if not scope:
+            constant = constant * table.astype(dtype)
+            continue
+        s = scope[0]
+        row = jnp.pad(table.astype(dtype), (0, size - table.shape[0]))
+        unary[s] = unary[s] * row
+    for s, k in enumerate(elim.sizes[: len(elim.ops)]):
+        if k < size:
+            unary[s] = unary[s] * (jnp.arange(size) < k).astype(dtype)
+    return jnp.stack(unary), constant
+
+
+def chain_gains(fact, fix, weights, unary):
     """`dF/dt` of a chain at a batch of points: `[sites, B]` for `weights [sites, B]`, each
-    draw's probability of running its fix (0 for a non-player). A forward scan carries the
-    distribution of the current draw's option over the points (`[K, B]`, a scatter-add per
-    map), a backward scan the expected score from each option (a gather per map); the gain
-    of draw s is the forward distribution before it times the difference its fix makes."""
+    draw's probability of running its fix (0 for a non-player), and `unary [sites, K]`, the
+    score's factor on each draw's option. A forward scan carries the weight of each option of
+    the current draw over the points (`[K, B]`), a backward scan the expected rest of the
+    score from each option; the gain of draw s is the forward weights before it times the
+    difference its fix makes."""
     size, points = fact.shape[1], weights.shape[1]
     dtype = weights.dtype
     start = jnp.zeros((size, points), dtype).at[0].set(1)  # the root's rows are all equal
     fact, fix = jnp.maximum(fact, 0), jnp.maximum(fix, 0)  # -1 rows: the run is NaN anyway
 
     def push(a, f):  # pushed[k] = sum of a[c] over the options c that f maps to k
-        # K one-hot terms, fused by XLA into one pass: about 1.5x faster than a scatter-add
-        # (`segment_sum`) at K = 8 in `benchmarks/bench_structured.py`.
+        # K one-hot terms, fused by XLA into one pass (as fast as a scatter-add at K = 8).
         return sum(jax.nn.one_hot(f[c], size, dtype=dtype)[:, None] * a[c][None, :] for c in range(size))
 
     def forward(a, x):
-        f, g, w = x
+        f, g, w, u = x
         w = w[None, :]
-        return (1 - w) * push(a, f) + w * push(a, g), a
+        return ((1 - w) * push(a, f) + w * push(a, g)) * u[:, None], a
 
-    _, before = jax.lax.scan(forward, start, (fact, fix, weights))
+    _, before = jax.lax.scan(forward, start, (fact, fix, weights, unary))
 
     def backward(b, x):
-        f, g, w, a = x
+        f, g, w, a, u = x
+        b = b * u[:, None]
         bf, bg, w = b[f], b[g], w[None, :]
         return (1 - w) * bf + w * bg, (a * (bg - bf)).sum(0)
 
-    end = jnp.broadcast_to(jnp.reshape(score, (-1, 1)).astype(dtype), (size, points))
-    _, gains = jax.lax.scan(backward, end, (fact, fix, weights, before), reverse=True)
+    end = jnp.ones((size, points), dtype)
+    _, gains = jax.lax.scan(backward, end, (fact, fix, weights, before, unary), reverse=True)
     return gains
 
 
 def chain_reachable(elim: Elimination, fact, fix, dtype):
-    """`reachable` for a chain, as a scan over the draws."""
+    """`reachable` for a chain, as a scan over the draws: the options each draw reaches in
+    some coalition `[sites, K]`, and whether one reaches a row with no valid option."""
     size = fact.shape[1]
     player = jnp.asarray(np.asarray(elim.site_player) >= 0)
     start = jnp.zeros((size,), dtype).at[0].set(1)
@@ -354,39 +399,60 @@ def chain_reachable(elim: Elimination, fact, fix, dtype):
         invalid = invalid | jnp.any((r > 0) & bad)
         f, g = jnp.maximum(f, 0), jnp.maximum(g, 0)
         pushed = jax.ops.segment_sum(r, f, size) + jnp.where(both, jax.ops.segment_sum(r, g, size), 0)
-        return (jnp.minimum(pushed, 1), invalid), None
+        pushed = jnp.minimum(pushed, 1)
+        return (pushed, invalid), pushed
 
-    (r, invalid), _ = jax.lax.scan(step, (start, jnp.asarray(False)), (fact, fix, player))
-    return (r if elim.scope else r.max()), invalid
+    (_, invalid), reach = jax.lax.scan(step, (start, jnp.asarray(False)), (fact, fix, player))
+    return reach, invalid
 
 
-def chain_runs(elim: Elimination, fact, fix, score, bits):
-    """`direct_runs` for a chain: the options of the first two runs `[2, sites]`, whether a
-    draw of each run had no valid option `[B]`, and the scores `[B]`."""
+def chain_runs(elim: Elimination, fact, fix, unary, constant, bits):
+    """`direct_runs` for a chain."""
     player = np.asarray(elim.site_player)
     site_bits = jnp.where(jnp.asarray(player >= 0)[:, None], bits.T[np.maximum(player, 0)], False)
 
     def step(carry, x):
-        option, invalid = carry
-        f, g, on = x
+        option, invalid, value = carry
+        f, g, on, u = x
         chosen = jnp.where(on, g[option], f[option])
-        return (jnp.maximum(chosen, 0), invalid | (chosen < 0)), chosen[:2]
+        option = jnp.maximum(chosen, 0)
+        return (option, invalid | (chosen < 0), value * u[option]), chosen[:2]
 
-    start = (jnp.zeros(bits.shape[0], jnp.int32), jnp.zeros(bits.shape[0], bool))
-    (option, invalid), options = jax.lax.scan(step, start, (fact, fix, site_bits))
-    values = score[option] if elim.scope else jnp.broadcast_to(score, bits.shape[:1])
-    return jnp.maximum(options, 0).T, invalid, values
+    start = (
+        jnp.zeros(bits.shape[0], jnp.int32), jnp.zeros(bits.shape[0], bool), jnp.ones(bits.shape[0], unary.dtype)
+    )
+    (_, invalid, values), options = jax.lax.scan(step, start, (fact, fix, site_bits, unary))
+    return jnp.maximum(options, 0).T, invalid, values * constant
+
+
+def _range(masks, tables):
+    """The lowest and highest score some coalition can reach, and whether a reached factor
+    entry is not finite. One factor: its reached entries' range, exactly. Several: the
+    product of their ranges (a bound that holds every reached score)."""
+    low = high = None
+    bad = jnp.asarray(False)
+    for mask, table in zip(masks, tables):
+        hit = mask > 0
+        bad = bad | jnp.any(hit & ~jnp.isfinite(table))
+        lo = jnp.min(jnp.where(hit, table, jnp.inf))
+        hi = jnp.max(jnp.where(hit, table, -jnp.inf))
+        if low is None:
+            low, high = lo, hi
+        else:
+            ends = jnp.stack([low * lo, low * hi, high * lo, high * hi])
+            low, high = ends.min(), ends.max()
+    return low, high, bad
 
 
 def world_blame(
-    elim: Elimination, graph: Graph, maps, score, interactions: bool = False, chain=None
+    elim: Elimination, graph: Graph, maps, tables, interactions: bool = False, chain=None
 ) -> WorldBlame:
-    """Exact blame of one failure in one world from its maps and score table (pure; `vmap`
-    it over worlds and failures). For a chain, `chain` may hold `(fact, fix)` made by
-    `chain_maps`; `maps` is then needed only for `interactions`."""
+    """Exact blame of one failure in one world from its maps and the score's factor tables
+    (pure; `vmap` it over worlds and failures). For a chain, `chain` may hold `(fact, fix)`
+    made by `chain_maps`; `maps` is then needed only for `interactions`."""
     n = elim.num_players
     dtype = jnp.result_type(float)
-    score = score.astype(dtype)
+    tables = tuple(table.astype(dtype) for table in tables)
     nodes, weights = quadrature(n)
     # Banzhaf's point; t = 1, where the gain is v(N) - v(N - {j}) (a one-hot forward pass
     # and exact scores backward: one rounding, as the enumerating path's difference); then
@@ -398,21 +464,21 @@ def world_blame(
     if elim.chain:
         fact, fix = chain if chain is not None else chain_arrays(elim, maps)
         reach, invalid = chain_reachable(elim, fact, fix, dtype)
+        masks = tuple(reach[s[0], : t_.shape[0]] if s else jnp.ones((), dtype) for s, t_ in zip(elim.factors, tables))
     else:
-        reach, invalid = reachable(elim, maps, dtype)
-    hit = reach > 0
-    bad = invalid | jnp.any(hit & ~jnp.isfinite(score))
-    low = jnp.min(jnp.where(hit, score, jnp.inf))
-    high = jnp.max(jnp.where(hit, score, -jnp.inf))
-    safe = jnp.where(hit & jnp.isfinite(score), score, 0)
+        masks, invalid = reachable(elim, maps, dtype)
+    low, high, bad = _range(masks, tables)
+    bad = bad | invalid
+    safe = tuple(jnp.where((m > 0) & jnp.isfinite(x), x, 0) for m, x in zip(masks, tables))
     if elim.chain:
+        unary, constant = chain_factors(elim, safe, dtype)
         player = np.asarray(elim.site_player)
         site_t = jnp.where(jnp.asarray(player >= 0)[:, None], t.T[np.maximum(player, 0)], 0)
-        per_site = chain_gains(fact, fix, site_t, safe)  # [sites, points]
+        per_site = chain_gains(fact, fix, site_t, unary) * constant  # [sites, points]
         gains = jnp.zeros((n, points.size), dtype).at[np.maximum(player, 0)].add(
             jnp.where(jnp.asarray(player >= 0)[:, None], per_site, 0)
         ).T
-        options, run_invalid, runs = chain_runs(elim, fact, fix, safe, bits)
+        options, run_invalid, runs = chain_runs(elim, fact, fix, unary, constant, bits)
     else:
         gains = jax.grad(lambda t: extension(elim, maps, safe, t).sum())(t)  # [points, n]
         options, run_invalid, runs = direct_runs(elim, graph, maps, safe, bits)

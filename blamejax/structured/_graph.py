@@ -34,12 +34,17 @@ class Graph(NamedTuple):
     - `free`: `(site, sites)` pairs: a draw whose logits depend on the options of `sites`
       other than through `given` (a free-form step); empty for a tabulated pipeline.
     - `foreign`: sites whose `given` holds a choice the context did not return.
+    - `factors`: the score as a product of factors (read off its last multiplications), the
+      sites each factor reads; `((scope),)` when it is no product. A score too wide to
+      tabulate whole (a run passes when every step chose an accepted option) is carried as
+      its factors, each multiplied in at its last site.
     """
 
     parents: tuple[tuple[int, ...], ...]
     scope: tuple[int, ...]
     free: tuple[tuple[int, tuple[int, ...]], ...]
     foreign: tuple[int, ...] = ()
+    factors: tuple[tuple[int, ...], ...] = ()
 
     @property
     def tabulated(self) -> bool:
@@ -109,13 +114,18 @@ def site_indices(structure: Structure):
 def find_graph(pipeline: Callable, structure: Structure, cases) -> Graph:
     """The `Graph` of `pipeline`, from the shapes of `cases` (a leading case axis), traced once
     and cached with the structure."""
-    case = one_case(cases)
+    return _traced(pipeline, structure, one_case(cases))[0]
+
+
+def _traced(pipeline, structure, case):
+    """`(graph, closed jaxpr, factor atoms)`, cached on the pipeline, structure and shapes."""
+    case = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), case)
     leaves, treedef = jax.tree_util.tree_flatten(case)
     key = (pipeline, structure, treedef, tuple((x.shape, x.dtype) for x in leaves))
     return cached("structured.graph", key, lambda: _find_graph(pipeline, structure, case))
 
 
-def _find_graph(pipeline, structure, case) -> Graph:
+def _find_graph(pipeline, structure, case):
     found = {}
 
     def traced(case, indices):
@@ -127,26 +137,65 @@ def _find_graph(pipeline, structure, case) -> Graph:
     num_case_leaves = len(jax.tree_util.tree_leaves(case))
     num_sites = len(structure.sites)
     inputs = [0] * num_case_leaves + [1 << s for s in range(num_sites)]
-    outputs = _dependencies(closed.jaxpr, inputs)
+    env = {}
+    outputs = _dependencies(closed.jaxpr, inputs, env)
     free = []
     for site in range(num_sites):
         deps = outputs[site]
         if deps:
             free.append((site, tuple(s for s in range(num_sites) if deps >> s & 1)))
     score = outputs[num_sites]
-    return Graph(
+    atoms = _product_atoms(closed.jaxpr, closed.jaxpr.outvars[num_sites])
+
+    def sites_of(mask):
+        return tuple(s for s in range(num_sites) if mask >> s & 1)
+
+    factors = tuple(sites_of(_read(env, a)) for a in atoms)
+    graph = Graph(
         parents=found["parents"],
-        scope=tuple(s for s in range(num_sites) if score >> s & 1),
+        scope=sites_of(score),
         free=tuple(free),
         foreign=tuple(sorted(set(found["foreign"]))),
+        factors=factors,
     )
+    return graph, closed, tuple(atoms)
 
 
-def _dependencies(jaxpr, inputs: list[int]) -> list[int]:
+def _read(env, var):
+    return 0 if isinstance(var, jax.extend.core.Literal) else env.get(var, 0)
+
+
+def _product_atoms(jaxpr, out) -> list:
+    """The factors of `out` in `jaxpr`: the operands of the multiplications (and float casts)
+    it is made by, left to right; `[out]` when it is no product."""
+    producer = {v: eqn for eqn in jaxpr.eqns for v in eqn.outvars}
+
+    def split(var):
+        eqn = None if isinstance(var, jax.extend.core.Literal) else producer.get(var)
+        if eqn is not None and eqn.primitive.name == "mul" and len(eqn.invars) == 2:
+            a, b = eqn.invars
+            if _shape(a) == _shape(b) == ():
+                return split(a) + split(b)
+        if eqn is not None and eqn.primitive.name == "convert_element_type":
+            inner = eqn.invars[0]
+            if jnp.issubdtype(inner.aval.dtype, jnp.floating) and _shape(inner) == ():
+                return split(inner)
+        return [var]
+
+    return split(out)
+
+
+def _shape(var):
+    return tuple(getattr(var.aval, "shape", ()))
+
+
+def _dependencies(jaxpr, inputs: list[int], env=None) -> list[int]:
     """For each output of `jaxpr`, the set (a bit mask) of the input masks it depends on. An
     equation's outputs depend on all its inputs, except in calls whose inner jaxpr is
-    followed (so a `jit`-wrapped function with several outputs is not lumped together)."""
-    env = dict(zip(jaxpr.invars, inputs))
+    followed (so a `jit`-wrapped function with several outputs is not lumped together).
+    `env`, when given, is filled with every variable's mask."""
+    env = {} if env is None else env
+    env.update(zip(jaxpr.invars, inputs))
 
     def read(var):
         return 0 if isinstance(var, jax.extend.core.Literal) else env.get(var, 0)
@@ -202,3 +251,54 @@ def site_logits(pipeline: Callable, structure: Structure, case):
     """Every draw site's logits table for one case (a tabulated pipeline's tables do not
     depend on the options)."""
     return read_tables(pipeline, structure, case, site_indices(structure))[0]
+
+
+def factor_tables(pipeline: Callable, structure: Structure, graph: Graph, case, factors):
+    """The tables of the score's `factors` (scopes, as chosen by the caller) for one case: the
+    whole score table when `factors` is `(graph.scope,)`, otherwise each factor of
+    `graph.factors` over its own sites, computed from the traced program's multiplications."""
+    if tuple(factors) == (graph.scope,) and graph.factors != factors:
+        return (score_table(pipeline, structure, graph, case),)
+    _, closed, atoms = _traced(pipeline, structure, case)
+    dtype = jnp.result_type(float)
+    leaves = jax.tree_util.tree_leaves(case)
+    info = closed.jaxpr.debug_info
+    info = info._replace(result_paths=tuple(f"factor[{k}]" for k in range(len(atoms))))
+    inner = closed.jaxpr.replace(outvars=list(atoms), debug_info=info)
+    run = jax.extend.core.jaxpr_as_fun(jax.extend.core.ClosedJaxpr(inner, closed.consts))
+
+    def values(indices):
+        return [jnp.asarray(x, dtype) for x in run(*leaves, *indices)]
+
+    tables: list = [None] * len(graph.factors)
+    # Every factor of one site in one pass: option k at every site at once (each such factor
+    # reads its own site only), clipped to the site's options.
+    unary = [k for k, scope in enumerate(graph.factors) if len(scope) == 1]
+    if unary:
+        size = max(structure.sites[graph.factors[k][0]].num_options for k in unary)
+
+        def diagonal(option):
+            indices = [jnp.minimum(option, site.num_options - 1) for site in structure.sites]
+            out = values(indices)
+            return [out[k] for k in unary]
+
+        columns = jax.vmap(diagonal)(jnp.arange(size, dtype=jnp.int32))
+        for k, column in zip(unary, columns):
+            tables[k] = column[: structure.sites[graph.factors[k][0]].num_options]
+    for k, scope in enumerate(graph.factors):
+        if tables[k] is not None:
+            continue
+        if not scope:  # a constant factor
+            tables[k] = values(list(site_indices(structure)))[k]
+            continue
+        sizes = [structure.sites[s].num_options for s in scope]
+        grid = np.indices(sizes, dtype=np.int32).reshape(len(sizes), -1)
+
+        def one(options, k=k, scope=scope):
+            indices = list(site_indices(structure))
+            for i, s in enumerate(scope):
+                indices[s] = options[i]
+            return values(indices)[k]
+
+        tables[k] = jax.vmap(one, in_axes=1)(jnp.asarray(grid)).reshape(sizes)
+    return tuple(tables)
