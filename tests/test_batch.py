@@ -61,9 +61,9 @@ def test_batch_equals_per_failure_loop():
     np.testing.assert_array_equal(result.factual_choice, np.asarray(run["choice"][:, 0])[ids])
     np.testing.assert_array_equal(result.fixed_choice, np.asarray(fixed["choice"][:, 0])[ids])
     assert np.any(result.fixed_choice != result.factual_choice)  # the check is not vacuous
-    # every case once, every failure's fully fixed run (the drill-down), then every coalition
-    # of every failure and world (fix-alone is among them)
-    assert result.evaluations == 24 + len(ids) + len(ids) * 2 * 2**3
+    # every case once, every failure's fully fixed run (the drill-down), then the structured
+    # path's direct runs of every failure and world: v(empty), v(all) and each fix alone
+    assert result.evaluations == 24 + len(ids) + len(ids) * 2 * (2 + 3)
 
 
 def test_batch_monte_carlo_equals_per_failure_loop():

@@ -1328,8 +1328,6 @@ ROWS: list[Row] = [
          TypeError, ("`runs` must be a non-empty list of bj.traces.Run, got an empty list",)),
         ("fill-lazily-max-rounds-zero", "fill_lazily(..., max_rounds=0)", lambda: lazily(max_rounds=0), ValueError,
          ("`max_rounds` must be an integer >= 1, got 0",)),
-        ("fill-lazily-max-players-string", 'fill_lazily(..., max_players="3")', lambda: lazily(max_players="3"), ValueError,
-         ("`max_players` must be an integer >= 1, got '3'",)),
         ("fill-lazily-players-string", 'fill_lazily(..., players="plan")', lambda: lazily(players="plan"), TypeError,
          ("`players` must be a list of step names or None, got the string 'plan'",)),
         ("fill-lazily-players-unknown", 'fill_lazily(..., players=["plann"])', lambda: lazily(players=["plann"]), ValueError,

@@ -107,7 +107,9 @@ def test_error_step_without_fix(getkey):
 def test_error_too_many_steps(getkey):
     cases = random_chain_cases(getkey(), 5, num_cases=1)
     with pytest.raises(ValueError, match=r"n = 5 steps needs 2\^5 coalitions.*above `max_steps` = 4.*blamejax.mc_shapley"):
-        bj.exact_blame(chain_pipeline, cases, bj.recorded_worlds(0, 1), max_steps=4)
+        bj.exact_blame(chain_pipeline, cases, bj.recorded_worlds(0, 1), max_steps=4, method="enumerate")
+    # max_steps bounds enumeration only: a tabulated chain takes the structured path past it.
+    assert bj.exact_blame(chain_pipeline, cases, bj.recorded_worlds(0, 1), max_steps=4).method == "structured"
 
 
 def test_error_zero_failures_and_worlds(getkey):

@@ -121,8 +121,26 @@ def test_lazy_filling_checks_its_arguments():
         fill_lazily(runs, _logits, _request)
     with pytest.raises(ValueError, match=r"`players` \['nope'\] are not decision steps to score"):
         fill_lazily(runs, FunctionScorer(_logits), _request, players=["nope"])
-    with pytest.raises(ValueError, match=r"n = 3 players is more than `max_players`=2"):
-        fill_lazily(runs, FunctionScorer(_logits), _request, max_players=2)
     wrong = lambda run, step, variant, parent: Request(step.name, variant, None, ("x", "y"))
     with pytest.raises(ValueError, match="`request` returned options"):
         fill_lazily(runs, FunctionScorer(_logits), wrong)
+
+
+def test_a_130_step_run_is_filled_and_blamed_exactly():
+    """130 decision steps, each given the one before: the walk scores at most 2 x K_given rows
+    per step (the old replay of every coalition stopped at 12 players), and exact blame by
+    structure on the filled tables equals blame on every row scored."""
+    n, options = 130, ("a", "b", "c")
+    steps = []
+    for i in range(n):
+        given = None if i == 0 else f"d{i - 1}"
+        steps.append(bj.traces.Step(f"d{i}", agent=f"agent{i % 3}", parents=() if given is None else (given,),
+                                    given=given, options=options, accept=("a", "b"), choice="c" if i == 77 else "a"))
+    runs = [bj.traces.Run("long", tuple(steps), passed=False)]
+    fill = fill_lazily(runs, FunctionScorer(_logits), _request, key=2, num_worlds=4)
+    assert fill.calls <= fill.naive == n * 2 * 3 - 2 * 2  # the first step has no given step
+    blamed = fill.blame()
+    assert blamed.result.method == "structured" and len(blamed.result.steps) == n
+    truth = bj.traces.blame_runs(bj.traces.trace_cases(_full(runs)), key=2, num_worlds=4)
+    np.testing.assert_allclose(np.asarray(blamed.result.shapley), np.asarray(truth.result.shapley), atol=1e-6)
+    assert np.abs(np.asarray(truth.result.shapley)).max() > 1e-3

@@ -9,6 +9,7 @@ Chunk sizes are powers of two, so a batch of any size compiles at most a few tim
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Sequence
 
 import equinox as eqx
@@ -196,7 +197,7 @@ def structured_plan(game: Game, cases, max_states: int = DEFAULT_MAX_STATES):
     if graph.foreign:
         return None, None, f"`given` of step {named(graph.foreign[0])} holds a choice its context did not return"
     def states(scope):
-        return int(np.prod([structure.sites[s].num_options for s in scope], dtype=np.int64))
+        return math.prod(structure.sites[s].num_options for s in scope)
 
     factors = (graph.scope,)
     if states(graph.scope) > max_states:  # a product of factors, each multiplied in at its last site

@@ -2,15 +2,16 @@
 
 A decision step's table has one row per (variant, parent option): 2 x K_given rows. Blame
 needs only the rows some coalition reaches in some world: the factual rows on the observed
-path (the noise is abducted from them), then, replaying every coalition in the inferred
-worlds with the rows known so far, each row a coalition reaches through known rows; those
-are scored in one batch, and the replay repeats until no reached row is missing.
+path (the noise is abducted from them), then, following in every inferred world the options
+each step can reach through the rows known so far (its factual row and, for a player, its fix
+row, from every option its given step can reach), each row reached but not yet known; those
+are scored in one batch, and the walk repeats until no reached row is missing. A run of n
+players costs at most 2 x K_given rows per step, not 2^n replays.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -19,7 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..noise import as_key
-from ..pipeline import discover
+from ..pipeline import discover, world_noise
+from ..structured import site_logits, site_maps
 from ..traces import Run, TraceCases, blame_runs, trace_cases
 from ..worlds import inferred_worlds, replay
 from ._request import check_request
@@ -84,7 +86,6 @@ def fill_lazily(
     players=None,
     score: Callable | None = None,
     max_rounds: int = 100,
-    max_players: int = 12,
 ) -> LazyFill:
     """Score the logits tables of `runs` only where the coalitions reach.
 
@@ -97,12 +98,17 @@ def fill_lazily(
       `options` must be the step's.
     - `key`, `num_worlds`: the inferred worlds (as in `bj.traces.blame_runs`).
     - `players`: the steps that get a fix variant (default: every step scored).
-    - `score`: as in `bj.traces.trace_cases`; `max_rounds`: a bound on the batches;
-      `max_players`: a bound on the players (all 2^n coalitions are replayed at once).
+    - `score`: as in `bj.traces.trace_cases`; `max_rounds`: a bound on the batches.
+
+    The rows scored are those some coalition reaches in some world, found by following, in
+    each world, the options every step can reach (its factual row and, for a player, its fix
+    row, from each option its given step can reach): at most 2 x K_given rows per step and
+    run, however many players there are (a step reads at most one given step, so this is
+    exactly the set the coalitions reach).
 
     **Returns:** a `LazyFill`; `fill.blame()` (exact) or `fill.blame(estimator="mc",
-    max_evaluations=...)` blames it. Every coalition is replayed, so the fill serves any
-    estimator in these worlds.
+    max_evaluations=...)` blames it. Every row a coalition reaches is scored, so the fill
+    serves any estimator in these worlds.
 
     ```python
     import numpy as np
@@ -132,8 +138,6 @@ def fill_lazily(
     if not isinstance(runs, list) or not runs or not all(isinstance(r, Run) for r in runs):
         got = f"an empty {type(runs).__name__}" if isinstance(runs, list) and not runs else f"{runs!r:.80}"
         raise TypeError(f"`runs` must be a non-empty list of bj.traces.Run, got {got}")
-    if isinstance(max_players, bool) or not isinstance(max_players, int) or max_players < 1:
-        raise ValueError(f"`max_players` must be an integer >= 1, got {max_players!r}")
     if isinstance(players, str):
         raise TypeError(f"`players` must be a list of step names or None, got the string {players!r}; write [{players!r}]")
     scored = [s.name for s in runs[0].steps if s.options is not None and s.choice is not None and s.logits is None]
@@ -144,12 +148,6 @@ def fill_lazily(
     if unknown:
         raise ValueError(f"`players` {sorted(unknown)} are not decision steps to score (options and a choice, no logits)")
     tc = trace_cases([_placeholder(r, players, fix) for r in runs], fix=fix, score=score)
-    players_in_order = [name for name in tc.steps if name in tc.players]
-    if len(players_in_order) > max_players:
-        raise ValueError(
-            f"lazy filling replays all 2^n coalitions, and n = {len(players_in_order)} players is more "
-            f"than `max_players`={max_players}; pass fewer `players` or raise `max_players`"
-        )
     logits = {name: np.array(table, np.float64) for name, table in tc.cases["logits"].items()}
     known = {}
     for name in tc.steps:
@@ -194,46 +192,40 @@ def fill_lazily(
     calls, rounds = len(first), 1
     key = as_key(key)
     worlds = inferred_worlds(tc.pipeline, cases(), tc.observed, key, num_worlds)
-    # Every coalition in one replay: coalition c's copy of case f (row c F + f) holds the
-    # variant the coalition gives each step in both variant slots, and runs factually.
-    coalitions = list(itertools.product((0, 1), repeat=len(players_in_order)))
-    size = len(tc.runs)
-    tiled_worlds = jax.tree_util.tree_map(lambda x: jnp.concatenate([x] * len(coalitions), axis=0), worlds)
     structure = discover(tc.pipeline, jax.tree_util.tree_map(lambda x: x[0], cases()))
-    order = [site.step for site in structure.sites]
-    if sorted(order) != sorted(tc.steps):
-        raise AssertionError(f"the trace pipeline's sites {order} are not its steps {tc.steps}")
-    bit_of = {name: players_in_order.index(name) for name in players_in_order}
-
-    def tiled_cases():
-        tables = {}
-        for name, table in logits.items():
-            if name in bit_of:
-                parts = [table[:, [bits[bit_of[name]]] * 2] for bits in coalitions]
-            else:
-                parts = [table] * len(coalitions)
-            tables[name] = np.concatenate(parts, axis=0)
-        out = jax.tree_util.tree_map(lambda x: np.concatenate([x] * len(coalitions), axis=0), dict(tc.cases))
-        out["logits"] = tables
-        return out
-
+    site_of = {site.step: i for i, site in enumerate(structure.sites)}
+    if sorted(site_of) != sorted(tc.steps):
+        raise AssertionError(f"the trace pipeline's sites {list(site_of)} are not its steps {tc.steps}")
+    maps_of = _maps_function(tc.pipeline, structure)
+    player_bits = [(0, 1) if name in tc.players else (0,) for name in tc.steps]
     while True:
+        # What each step chooses in each world for every (variant, parent option) row, under
+        # the rows known so far (unknown rows hold 0.0: their maps are not read).
+        maps = [np.asarray(m) for m in maps_of(cases(), worlds)]  # per site [F, W, V, *K_given]
         needed = set()
-        out = replay(tc.pipeline, tiled_cases(), tiled_worlds)
-        choices = np.asarray(out["choice"]).reshape((len(coalitions), size) + np.shape(out["choice"])[1:])
-        for c, bits in enumerate(coalitions):
-            choice = {name: choices[c, ..., j] for j, name in enumerate(order)}  # [F, W]
-            valid = {}
-            for name in tc.steps:  # run order: a given step comes before the steps it is given to
+        for f in range(len(tc.runs)):
+            # The options each step reaches in some coalition, per world: a trace pipeline's
+            # steps read at most one given step, so a step reaches what any reached option of
+            # its parent leads to under its factual row or, for a player, its fix row.
+            reach = {}
+            for i, name in enumerate(tc.steps):
                 parent = fixed[name]
-                g = np.zeros_like(choice[name]) if parent is None else choice[tc.steps[parent]]
-                reached = np.ones(g.shape, bool) if parent is None else valid[tc.steps[parent]]
-                f_index = np.broadcast_to(np.arange(size)[:, None], g.shape)
-                v = np.full(g.shape, bits[bit_of[name]] if name in bit_of else 0)
-                have = known[name][f_index, v, g]
-                for f, vv, gg in zip(*(a[reached & ~have] for a in (f_index, v, g))):
-                    needed.add((int(f), name, int(vv), int(gg)))
-                valid[name] = reached & have
+                best = maps[site_of[name]][f]  # [W, V] or [W, V, K_given]
+                options = np.zeros((best.shape[0], len(tc.options[i])), bool)
+                sources = [None] if parent is None else range(reach[tc.steps[parent]].shape[1])
+                for g in sources:
+                    worlds_here = np.ones(best.shape[0], bool) if g is None else reach[tc.steps[parent]][:, g]
+                    if not worlds_here.any():
+                        continue
+                    for v in player_bits[i]:
+                        gg = 0 if g is None else g
+                        if not known[name][f, v, gg]:
+                            needed.add((f, name, v, gg))
+                            continue
+                        chosen = best[:, v] if g is None else best[:, v, g]
+                        ok = worlds_here & (chosen >= 0)
+                        options[np.flatnonzero(ok), chosen[ok]] = True
+                reach[name] = options
         if not needed:
             break
         if rounds >= max_rounds:
@@ -243,3 +235,14 @@ def fill_lazily(
         calls, rounds = calls + len(rows), rounds + 1
     filled = tc._replace(cases=cases())
     return LazyFill(filled, known, worlds, calls, naive, rounds, key, num_worlds)
+
+
+def _maps_function(pipeline, structure):
+    """Compiled: `(cases [F], worlds [F, W]) -> per site [F, W, V, *K_given]`, each row's
+    option in each world (`blamejax.structured.site_maps`; -1 for a row with no valid option)."""
+
+    def one(case, world):
+        logits = site_logits(pipeline, structure, case)
+        return site_maps(structure, logits, world_noise(structure, world), world)
+
+    return jax.jit(jax.vmap(jax.vmap(one, in_axes=(None, 0))))

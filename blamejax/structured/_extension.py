@@ -29,6 +29,7 @@ enumerating path.
 from __future__ import annotations
 
 import functools
+import math
 from typing import NamedTuple
 
 import jax
@@ -127,7 +128,7 @@ def elimination(structure: Structure, graph: Graph, players, fixes, factors=None
         bit = num_sites + j if several else -1
         opens = several and draws_of[j][0] == s
         after = frontier + ([bit] if opens else []) + [s]
-        states = int(np.prod([sizes[v] for v in after], dtype=np.int64))
+        states = math.prod(sizes[v] for v in after)
         if states > width:
             width, widest = states, tuple(after)
         drop = {v for v in after if v < num_sites and last_read.get(v, v) <= s}
