@@ -100,6 +100,11 @@ class ExactResult(JSONExport, eqx.Module):
             f"v(empty) = {float(self.empty[failure]):.{digits}f}, v(all) = "
             f"{float(self.full[failure]):.{digits}f}, total repair = {float(self.total[failure]):.{digits}f}"
         )
+        lines.append(
+            "exact by structure (the game's multilinear extension, blamejax.structured)"
+            if self.method == "structured"
+            else f"exact by enumeration (all 2^{len(self.steps)} coalitions)"
+        )
         return "\n".join(lines)
 
 
