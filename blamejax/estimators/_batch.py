@@ -70,6 +70,7 @@ NOISE_MODES = {
     "fresh": "interventional, new luck: how much does fixing this step help on average over "
     "fresh noise (not about this particular run)",
 }
+"""The batch noise modes, each with the question its blame answers."""
 EXACT_AUTO_LIMIT = 14
 STOP_EARLY_BLOCK = 32  # failures analysed per compiled call when stopping early
 NUM_BLOCKS = 20  # about this many blocks by default (`_block_size`)
@@ -970,6 +971,7 @@ class BatchResult(JSONExport, eqx.Module):
 
     @property
     def num_analysed(self) -> int:
+        """How many failures were analysed (the length of `failure_ids`)."""
         return int(self.failure_ids.shape[0])
 
     def table(self) -> str:

@@ -78,6 +78,7 @@ class ExactResult(JSONExport, eqx.Module):
 
     @property
     def num_failures(self) -> int:
+        """F, the number of failures blamed."""
         return int(self.shapley.shape[0])
 
     def table(self, failure: int = 0, digits: int = 4) -> str:

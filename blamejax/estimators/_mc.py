@@ -1093,6 +1093,7 @@ class MCResult(JSONExport, eqx.Module):
 
     @property
     def num_failures(self) -> int:
+        """F, the number of failures estimated."""
         return int(self.values.shape[0])
 
     @property

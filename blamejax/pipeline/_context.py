@@ -82,6 +82,7 @@ class Choice(eqx.Module):
 
     @property
     def index(self) -> Int[Array, ""]:
+        """The chosen option, an int32 scalar (a deferred draw is made the first time it is read)."""
         if self._deferred is not None:
             return self._deferred.value()
         return self._index

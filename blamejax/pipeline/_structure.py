@@ -49,9 +49,11 @@ class Structure(NamedTuple):
 
     @property
     def num_steps(self) -> int:
+        """How many steps the pipeline has."""
         return len(self.steps)
 
     def step_index(self, step: str) -> int:
+        """The position of `step` in `steps`; a `ValueError` naming the steps for an unknown one."""
         try:
             return self.steps.index(step)
         except ValueError:
@@ -60,12 +62,14 @@ class Structure(NamedTuple):
             ) from None
 
     def site_index(self, step: str, slot: int) -> int:
+        """The position in `sites` of the draw of `step` in `slot`."""
         for i, site in enumerate(self.sites):
             if site.step == step and site.slot == slot:
                 return i
         raise ValueError(f"step {step!r} has no draw in slot {slot}")
 
     def value_index(self, name: str) -> int:
+        """The position in `values` of the deterministic site `name`."""
         for i, value in enumerate(self.values):
             if value.name == name:
                 return i

@@ -90,6 +90,7 @@ class Elimination(NamedTuple):
 
     @property
     def num_players(self) -> int:
+        """n, the number of players (steps with a fix bit)."""
         return 1 + max(self.site_player, default=-1)
 
 
