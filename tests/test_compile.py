@@ -14,15 +14,16 @@ from blamejax._compile import cache_size, trace_count
 
 def test_no_recompiles_across_batch_sizes(getkey):
     cases = random_chain_cases(getkey(), 3, num_cases=20, num_options=3)
-    before = trace_count("exact.chunk")
-    for size in (17, 18, 17, 18, 18):
-        sub = jax.tree_util.tree_map(lambda x: x[:size], cases)
-        bj.exact_blame(chain_pipeline, sub, bj.fresh_worlds(0, size, 2))
-    assert trace_count("exact.chunk") - before == 1  # 17 and 18 share the bucket of 18
-    for size in (19, 20, 19):  # bucket 20: one more trace
-        sub = jax.tree_util.tree_map(lambda x: x[:size], cases)
-        bj.exact_blame(chain_pipeline, sub, bj.fresh_worlds(0, size, 2))
-    assert trace_count("exact.chunk") - before == 2
+    for method, kind in (("enumerate", "exact.chunk"), ("structured", "exact.structured")):
+        before = trace_count(kind)
+        for size in (17, 18, 17, 18, 18):
+            sub = jax.tree_util.tree_map(lambda x: x[:size], cases)
+            bj.exact_blame(chain_pipeline, sub, bj.fresh_worlds(0, size, 2), method=method)
+        assert trace_count(kind) - before == 1  # 17 and 18 share the bucket of 18
+        for size in (19, 20, 19):  # bucket 20: one more trace
+            sub = jax.tree_util.tree_map(lambda x: x[:size], cases)
+            bj.exact_blame(chain_pipeline, sub, bj.fresh_worlds(0, size, 2), method=method)
+        assert trace_count(kind) - before == 2
 
 
 def test_clear_caches_forgets_compiled_functions(getkey):
@@ -33,9 +34,9 @@ def test_clear_caches_forgets_compiled_functions(getkey):
     bj.exact_blame(chain_pipeline, cases, bj.fresh_worlds(0, 20, 2))
     assert cache_size() > 0
     bj.clear_caches()
-    assert cache_size() == 0 and trace_count("exact.chunk") == 0
+    assert cache_size() == 0 and trace_count("exact.structured") == 0
     bj.exact_blame(chain_pipeline, cases, bj.fresh_worlds(0, 20, 2))
-    assert trace_count("exact.chunk") == 1
+    assert trace_count("exact.structured") == 1
 
 
 def test_compile_cache_is_bounded(monkeypatch):

@@ -108,7 +108,7 @@ def read_tables(pipeline: Callable, structure: Structure, case, indices):
 
 def site_indices(structure: Structure):
     """One int32 zero per draw site (the options `read_tables` is traced with)."""
-    return tuple(jnp.zeros((), jnp.int32) for _ in structure.sites)
+    return tuple(np.zeros((), np.int32) for _ in structure.sites)  # NumPy: nothing compiled eagerly
 
 
 def find_graph(pipeline: Callable, structure: Structure, cases) -> Graph:
