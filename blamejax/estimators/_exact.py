@@ -40,7 +40,7 @@ METHODS = ("auto", "structured", "enumerate")
 # and the numbers (site x quadrature node x frontier state, per failure and world) one
 # compiled call may keep for its reverse pass.
 DEFAULT_MAX_STATES = 2**16
-STRUCTURED_BUDGET = 2**24
+STRUCTURED_BUDGET = 2**26
 
 
 class ExactResult(JSONExport, eqx.Module):
