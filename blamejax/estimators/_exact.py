@@ -24,11 +24,19 @@ from .._game import Game, make_game
 from ..coalitions import coalition_values, explain_nan_score, last_step_blame
 from ..pipeline import Hard, World, check_finite_logits, world_noise
 from ..reduction import Attribution, attribute
-from ..structured import chain_maps, elimination, factor_tables, find_graph, site_logits, site_maps, world_blame
 from ..report import (
     JSONExport,
     number,
     step_rows,
+)
+from ..structured import (
+    chain_maps,
+    elimination,
+    factor_tables,
+    find_graph,
+    site_logits,
+    site_maps,
+    world_blame,
 )
 from ._checkpoint import defers_interrupts, interrupt_notice, interrupted
 from ._devices import failure_sharding, num_shards, place, to_local

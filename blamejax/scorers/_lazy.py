@@ -16,14 +16,13 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from ..noise import as_key
 from ..pipeline import discover, world_noise
 from ..structured import site_logits, site_maps
 from ..traces import Run, TraceCases, blame_runs, trace_cases
-from ..worlds import inferred_worlds, replay
+from ..worlds import inferred_worlds
 from ._request import check_request
 from ._scorer import Scorer
 

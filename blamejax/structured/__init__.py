@@ -5,9 +5,9 @@ failure and world instead of O(n 2^n) (w: the frontier's width; 1 for a chain).
 """
 
 from ._extension import Elimination as Elimination
-from ._extension import chain_maps as chain_maps
 from ._extension import SiteOp as SiteOp
 from ._extension import WorldBlame as WorldBlame
+from ._extension import chain_maps as chain_maps
 from ._extension import direct_runs as direct_runs
 from ._extension import elimination as elimination
 from ._extension import extension as extension
