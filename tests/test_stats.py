@@ -205,7 +205,7 @@ def test_stopping_rule_coverage():
                     mean = values[:t].mean(0)
                     r = bj.stats.normal_radius(t, values[:t].var(0, ddof=1), 0.1)
                     lo, hi = mean - r, mean + r
-                    sep = bj.stats._across_failures._top_separated(mean, lo, hi)
+                    sep = bj.stats._across_failures._top_separated(mean, lo, hi, 2.0)
                 if np.any((truth < lo) | (truth > hi)):
                     missed = True
                     break

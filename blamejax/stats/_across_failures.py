@@ -36,7 +36,14 @@ def checkpoint_interval(values: np.ndarray, k: int, rule: str, delta: float, val
     """
     n = values.shape[1]
     mean, lower, upper = _interval(values, rule, checkpoint_delta(delta, n, k), value_range)
-    return mean, lower, upper, _top_separated(mean, lower, upper)
+    return mean, lower, upper, _top_separated(mean, lower, upper, value_range)
+
+
+# Per-failure blame is exact up to rounding (float32 on the device, and the two exact paths
+# round differently): the top step counts as separated only when its interval clears the
+# others' by more than this share of the value range, so that steps tied by symmetry (the
+# refund demo's 5/12 and 5/12) never separate on rounding alone when every failure agrees.
+ROUNDING = 1e-6
 
 
 def _interval(values: np.ndarray, rule: str, delta_k: float, value_range: float):
@@ -51,8 +58,9 @@ def _interval(values: np.ndarray, rule: str, delta_k: float, value_range: float)
     return mean, mean - radius, mean + radius
 
 
-def _top_separated(mean, lower, upper) -> bool:
-    return bool(top1_separated(mean, lower, upper))
+def _top_separated(mean, lower, upper, value_range) -> bool:
+    margin = ROUNDING * value_range
+    return bool(top1_separated(mean, lower - margin, upper + margin))
 
 
 def top_separated_at(values: np.ndarray, marks, ks, rule: str, delta: float, value_range: float) -> np.ndarray:
@@ -76,7 +84,7 @@ def top_separated_at(values: np.ndarray, marks, ks, rule: str, delta: float, val
     t = np.where(ok[:, None], t, 2.0)  # t < 2 is masked out below; keep the radii finite
     variance = np.maximum(s2 - s1 * s1 / t, 0.0) / (t - 1.0)
     delta_k = checkpoint_delta(delta, n, np.asarray(ks, dtype=np.float64)[:, None])
-    radius = confidence_radius(rule, t, variance, value_range, delta_k)
+    radius = confidence_radius(rule, t, variance, value_range, delta_k) + ROUNDING * value_range
     return ok & top1_separated(mean, mean - radius, mean + radius)
 
 
