@@ -14,6 +14,7 @@ import numpy as np
 from ._request import Request, canonical_json, check_request, decode_logits, digest, encode_logits
 
 SCHEMA = 1
+"""The version of the cache's database layout."""
 KIND = "blamejax-scores"
 
 _TABLES = """
@@ -209,6 +210,7 @@ class Cache:
             return self._db.execute("SELECT COUNT(*) FROM answers").fetchone()[0]
 
     def close(self) -> None:
+        """Close the database (every answer is already committed)."""
         with self._lock:
             self._db.close()
 

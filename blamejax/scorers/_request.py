@@ -47,6 +47,7 @@ class Request(NamedTuple):
 
     @property
     def key(self) -> str:
+        """The request as canonical JSON (step, variant, inputs, options): its cache key."""
         return canonical_json([self.step, self.variant, self.inputs, list(self.options)], where="inputs")
 
     def describe(self) -> str:

@@ -60,6 +60,7 @@ class TextRequest(NamedTuple):
 
     @property
     def key(self) -> str:
+        """The request as canonical JSON (with its seed, temperature and length): its cache key."""
         return canonical_json(
             ["text", self.step, self.variant, self.inputs, self.seed, float(self.temperature), self.max_tokens],
             where="inputs",

@@ -56,3 +56,4 @@ from ._spans import from_otel as from_otel
 from ._whowhen import from_whowhen as from_whowhen
 
 SCHEMA_PATH = _Path(__file__).with_name("trace.schema.json")
+"""The path of the trace format's JSON Schema (`trace.schema.json`)."""

@@ -34,7 +34,9 @@ from ..worlds import inferred_worlds
 from ._format import Run, from_record, to_record
 
 NO_OPTIONS = "no options (a free-text step: it awaits a scorer)"
+"""Why a step without options is not blamed."""
 NO_LOGITS = "options but no logits (nothing to replay it with)"
+"""Why a step with options but no logits is not blamed."""
 
 
 def _no_fix(fix: str) -> str:

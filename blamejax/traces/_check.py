@@ -11,6 +11,7 @@ import math
 import re
 
 FORMAT = "blamejax-trace/1"
+"""The trace format's name and version, written in every record."""
 RUN_FIELDS = ("format", "run", "steps", "score", "passed", "labels", "extra")
 STEP_FIELDS = (
     "name", "agent", "parents", "options", "given", "logits", "accept", "choice", "output",

@@ -56,6 +56,7 @@ class Score(NamedTuple):
 
     @property
     def rate(self) -> float:
+        """The share of runs the method got right, `correct / total`."""
         return self.correct / self.total
 
 
@@ -78,6 +79,7 @@ class Evaluation(NamedTuple):
     expectation: bool = False
 
     def score(self, name: str) -> Score:
+        """The `Score` named `name`; a `KeyError` naming the scores there are otherwise."""
         for score in self.scores:
             if score.name == name:
                 return score
