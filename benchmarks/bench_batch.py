@@ -54,14 +54,21 @@ def reference_batch(cases, worlds_all, case_ids, noise):
     shapley, totals, resolve, evaluation_s = [], [], [], 0.0
     for row, f in enumerate(case_ids):
         tick = time.perf_counter()
-        per_world = [ref.world_values(tables, score, f, noise[row, w], [1] * 4) for w in range(noise.shape[1])]
+        per_world = [
+            ref.world_values(tables, score, f, noise[row, w], [1] * 4)
+            for w in range(noise.shape[1])
+        ]
         evaluation_s += time.perf_counter() - tick
         values = np.mean(per_world, axis=0)
         shapley.append(ref.textbook_shapley(values))
         totals.append(values[-1] - values[0])
         resolve.append(np.mean([[v[1 << i] >= 1.0 for i in range(4)] for v in per_world], axis=0))
     shapley = np.array(shapley)
-    stats = dict(mean=shapley.mean(0), share=shapley.sum(0) / np.sum(totals), resolve=np.mean(resolve, axis=0))
+    stats = dict(
+        mean=shapley.mean(0),
+        share=shapley.sum(0) / np.sum(totals),
+        resolve=np.mean(resolve, axis=0),
+    )
     return time.perf_counter() - start, evaluation_s, shapley, stats
 
 
@@ -69,7 +76,9 @@ def coalition_tables(structure, players, fixes):
     """`(case, worlds) -> [2^n]`: one case's coalition values, the mean over its worlds."""
 
     def tables(case, worlds):
-        one = lambda w: bj.coalitions.coalition_values(demos.rag_pipeline, structure, case, w, players, fixes)  # noqa: E731
+        one = lambda w: bj.coalitions.coalition_values(
+            demos.rag_pipeline, structure, case, w, players, fixes
+        )  # noqa: E731
         return jax.vmap(one)(worlds).mean(0)
 
     return tables
@@ -81,10 +90,19 @@ def reference_factual(cases, key, num_cases):
     correct, accept = np.asarray(cases["answer_correct"]), np.asarray(cases["verify_accept"])
     noise = ref.site_noise(bj.recorded_worlds(key, num_cases), tables)
     start = time.perf_counter()
-    scores = np.array([
-        ref.world_values(tables, lambda f, c: float(correct[f, c[2]] * accept[f, c[3]]), f, noise[f, 0], [1] * 4, [0])[0]
-        for f in range(num_cases)
-    ])
+    scores = np.array(
+        [
+            ref.world_values(
+                tables,
+                lambda f, c: float(correct[f, c[2]] * accept[f, c[3]]),
+                f,
+                noise[f, 0],
+                [1] * 4,
+                [0],
+            )[0]
+            for f in range(num_cases)
+        ]
+    )
     return time.perf_counter() - start, scores
 
 
@@ -109,11 +127,15 @@ def main(argv=None) -> int:
     failed = np.flatnonzero(ref_scores < 1)
     tables = [ref.TableStep(s, np.asarray(cases[s]), PARENTS[s]) for s in STEPS]
     rows, results = [], {}
-    print(f"{args.cases} RAG cases, {failed.size} failures; W = {args.worlds} for inferred and fresh noise\n")
+    print(
+        f"{args.cases} RAG cases, {failed.size} failures; W = {args.worlds} for inferred and fresh noise\n"
+    )
     for noise_mode in ("recorded", "inferred", "fresh"):
         # blamejax, end to end: first call (with compilation), then the steady state.
         def batch(noise_mode=noise_mode):
-            return bj.blame_batch(demos.rag_pipeline, cases, key, noise=noise_mode, num_worlds=args.worlds)
+            return bj.blame_batch(
+                demos.rag_pipeline, cases, key, noise=noise_mode, num_worlds=args.worlds
+            )
 
         first, steady_s = timed(batch, calls=args.repeats)
         result = results[noise_mode] = batch()
@@ -130,7 +152,9 @@ def main(argv=None) -> int:
                 return bj.fresh_worlds(key, ids, args.worlds)
             observed = np.asarray(result.factual_choice)[order]
             abduct_key = jax.random.fold_in(typed_key, 0xABD)
-            return bj.inferred_worlds(demos.rag_pipeline, sub, observed, abduct_key, args.worlds, case_ids=ids)
+            return bj.inferred_worlds(
+                demos.rag_pipeline, sub, observed, abduct_key, args.worlds, case_ids=ids
+            )
 
         worlds = make_worlds()
         game = bj.Game.make(demos.rag_pipeline, sub)
@@ -150,7 +174,9 @@ def main(argv=None) -> int:
             worlds=timed(lambda: make_worlds().key, calls=args.repeats)[1],
             evaluation=timed(lambda: tables_fn(sub, worlds), calls=args.repeats)[1],
             reduction=timed(lambda: reduce_fn(values), calls=args.repeats)[1],
-            analysis=timed(lambda: bj.exact_blame(demos.rag_pipeline, sub, worlds).shapley, calls=args.repeats)[1],
+            analysis=timed(
+                lambda: bj.exact_blame(demos.rag_pipeline, sub, worlds).shapley, calls=args.repeats
+            )[1],
         )
         start = time.perf_counter()
         with tempfile.TemporaryDirectory() as tmp:
@@ -162,19 +188,38 @@ def main(argv=None) -> int:
             noise = inferred_noise(worlds, 3)
         else:
             noise = ref.site_noise(worlds, tables)
-        ref_s, ref_evaluation_s, ref_shapley, ref_stats = reference_batch(cases, worlds, np.sort(ids), noise)
+        ref_s, ref_evaluation_s, ref_shapley, ref_stats = reference_batch(
+            cases, worlds, np.sort(ids), noise
+        )
         pieces["reference evaluation"] = ref_evaluation_s
         ref_total = ref_s + ref_factual_s
         diff = float(np.abs(np.asarray(result.shapley)[order] - ref_shapley).max())
         mean_diff = float(np.abs(np.asarray(result.mean_shapley) - ref_stats["mean"]).max())
         res_diff = float(np.abs(np.asarray(result.resolve_rate) - ref_stats["resolve"]).max())
         agree = diff < 1e-5 and mean_diff < 1e-5 and res_diff < 1e-6
-        print(f"{noise_mode}: max |shapley diff| {diff:.1e}, mean {mean_diff:.1e}, resolve {res_diff:.1e}")
-        rows.append((noise_mode, first, steady_s, first - steady_s, report_s, ref_total, ref_total / steady_s, diff, agree, pieces))
+        print(
+            f"{noise_mode}: max |shapley diff| {diff:.1e}, mean {mean_diff:.1e}, resolve {res_diff:.1e}"
+        )
+        rows.append(
+            (
+                noise_mode,
+                first,
+                steady_s,
+                first - steady_s,
+                report_s,
+                ref_total,
+                ref_total / steady_s,
+                diff,
+                agree,
+                pieces,
+            )
+        )
     head = "| noise | blamejax first call s | steady ms | compile s | report s | reference ms | ratio (steady) | max abs diff | agree |"
     lines = [head, "|" + "---|" * 9]
     for r in rows:
-        lines.append(f"| {r[0]} | {r[1]:.2f} | {1e3 * r[2]:.2f} | {r[3]:.2f} | {r[4]:.3f} | {1e3 * r[5]:.1f} | {r[6]:.0f}x | {r[7]:.1e} | {'yes' if r[8] else 'NO'} |")
+        lines.append(
+            f"| {r[0]} | {r[1]:.2f} | {1e3 * r[2]:.2f} | {r[3]:.2f} | {r[4]:.3f} | {1e3 * r[5]:.1f} | {r[6]:.0f}x | {r[7]:.1e} | {'yes' if r[8] else 'NO'} |"
+        )
     lines += [
         "",
         "Where a steady call goes (ms; each piece timed on its own, median of the repeats after a warm-up):",
@@ -198,7 +243,9 @@ def main(argv=None) -> int:
     ]
     for r in rows:
         ref_eval, ours = r[9]["reference evaluation"], r[9]["evaluation"]
-        lines.append(f"| {r[0]} | {1e3 * ref_eval:.1f} | {1e3 * ours:.2f} | {ref_eval / ours:.0f}x |")
+        lines.append(
+            f"| {r[0]} | {1e3 * ref_eval:.1f} | {1e3 * ours:.2f} | {ref_eval / ours:.0f}x |"
+        )
     notes = [
         "",
         f"steady = median of {args.repeats} calls after {WARMUP_S} s of untimed calls; compile = first call "
@@ -235,7 +282,9 @@ def main(argv=None) -> int:
         ids = jnp.arange(args.cases, dtype=jnp.uint32)
         worlds = bj.World(key=world_key(typed_key, ids[:, None], jnp.uint32(0)))  # [cases, 1]
 
-        tables = jax.vmap(coalition_tables(structure, players, fixes))(all_cases, worlds)  # [cases, 2^n]; coalition 0 is the run as it happened
+        tables = jax.vmap(coalition_tables(structure, players, fixes))(
+            all_cases, worlds
+        )  # [cases, 2^n]; coalition 0 is the run as it happened
         shapley = jax.vmap(lambda v: bj.attribute(v, interactions=False).shapley)(tables)
         failed = (tables[:, 0] < 1.0).astype(shapley.dtype)
         return (shapley * failed[:, None]).sum(0) / failed.sum()
@@ -245,7 +294,9 @@ def main(argv=None) -> int:
     least = np.asarray(least_recorded_job(all_cases, typed_key))
     recorded_mean = np.asarray(results["recorded"].mean_shapley)
     least_diff = float(np.abs(least - recorded_mean).max())
-    least_s = timed(lambda: np.asarray(least_recorded_job(all_cases, typed_key)), calls=args.repeats)[1]
+    least_s = timed(
+        lambda: np.asarray(least_recorded_job(all_cases, typed_key)), calls=args.repeats
+    )[1]
     recorded_ref = rows[0][5]
     notes.append(
         f"The least a recorded call could compute, fused into one compiled call with no host work "

@@ -54,12 +54,16 @@ def _work(repeats: int, only: str | None = None) -> dict:
             256 * 4 * 2**10,
         ),
         "mc_shapley (n = 12, F = 64, fixed budget 110,000)": (
-            lambda: bj.mc_shapley(chain_pipeline, mc_cases, mc_worlds, key=5, max_evaluations=110_000, stop=()),
+            lambda: bj.mc_shapley(
+                chain_pipeline, mc_cases, mc_worlds, key=5, max_evaluations=110_000, stop=()
+            ),
             ("values", "lower", "upper", "num_samples"),
             None,
         ),
         "blame_batch (n = 8, 1,000 cases, exact)": (
-            lambda: bj.blame_batch(chain_pipeline, batch_cases, 7, threshold=0.5, estimator="exact"),
+            lambda: bj.blame_batch(
+                chain_pipeline, batch_cases, 7, threshold=0.5, estimator="exact"
+            ),
             ("failure_ids", "shapley", "mean_shapley", "lower", "upper"),
             None,
         ),
@@ -80,7 +84,11 @@ def _work(repeats: int, only: str | None = None) -> dict:
             evaluations = int(np.sum(result.evaluations))
         if name.startswith("blame_batch"):
             evaluations = int(result.evaluations)
-        out["rows"].append(dict(name=name, first_s=first, median_s=statistics.median(times), evaluations=evaluations))
+        out["rows"].append(
+            dict(
+                name=name, first_s=first, median_s=statistics.median(times), evaluations=evaluations
+            )
+        )
         for field in fields:
             out["arrays"][f"{name}.{field}"] = np.asarray(getattr(result, field))
     out["devices"] = jax.device_count()
@@ -94,7 +102,9 @@ def _worker(args) -> None:
     if args.num_processes > 1:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
         jax.distributed.initialize(
-            args.coordinator, num_processes=args.num_processes, process_id=args.process_id,
+            args.coordinator,
+            num_processes=args.num_processes,
+            process_id=args.process_id,
             initialization_timeout=120,
         )
     import numpy as np
@@ -111,12 +121,30 @@ def _launch(processes: int, devices: int, repeats: int, stem: str, timeout: floa
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu")
+    env = dict(
+        os.environ,
+        XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+        JAX_PLATFORMS="cpu",
+    )
     procs = []
     try:
         for i in range(processes):
-            cmd = [sys.executable, __file__, "--worker", "--out", stem, "--repeats", str(repeats), *only,
-                   "--num-processes", str(processes), "--process-id", str(i), "--coordinator", f"127.0.0.1:{port}"]
+            cmd = [
+                sys.executable,
+                __file__,
+                "--worker",
+                "--out",
+                stem,
+                "--repeats",
+                str(repeats),
+                *only,
+                "--num-processes",
+                str(processes),
+                "--process-id",
+                str(i),
+                "--coordinator",
+                f"127.0.0.1:{port}",
+            ]
             procs.append(subprocess.Popen(cmd, env=env))
         for p in procs:
             p.wait(timeout=timeout)
@@ -151,7 +179,14 @@ def main() -> None:
     for processes, devices in LAYOUTS:
         stem = str(tmp / f"{processes}x{devices}")
         load = os.getloadavg()[0]
-        _launch(processes, devices, args.repeats, stem, args.timeout, (("--only", args.only) if args.only else ()))
+        _launch(
+            processes,
+            devices,
+            args.repeats,
+            stem,
+            args.timeout,
+            (("--only", args.only) if args.only else ()),
+        )
         info = json.loads(pathlib.Path(stem + ".json").read_text())
         arrays = dict(np.load(stem + ".npz"))
         runs[(processes, devices)] = (info, arrays, load, os.getloadavg()[0])
@@ -178,7 +213,9 @@ def main() -> None:
                 f"| {row['name']} | {layout} | {row['first_s']:.2f} | {row['median_s']:.3f} | {per:.1f} | "
                 f"{'yes' if equal else 'NO'} | {before:.1f} / {after:.1f} |"
             )
-            rows.append(dict(row, processes=processes, devices=devices, equal=equal, load=[before, after]))
+            rows.append(
+                dict(row, processes=processes, devices=devices, equal=equal, load=[before, after])
+            )
     text = "\n".join(lines) + "\n"
     print(text)
     pathlib.Path(args.out + ".md").write_text(text)

@@ -227,7 +227,9 @@ def blamejax_table(pipeline, case, worlds_key) -> np.ndarray:
     fixes = (1,) * structure.num_steps
 
     def one(key):
-        return bj.coalitions.coalition_values(pipeline, structure, case, bj.World(key=key), players, fixes)
+        return bj.coalitions.coalition_values(
+            pipeline, structure, case, bj.World(key=key), players, fixes
+        )
 
     return np.asarray(jax.jit(jax.vmap(one))(worlds_key))
 
@@ -562,7 +564,8 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--no-generic", action="store_true", help="skip the free-form path")
     parser.add_argument(
-        "--scale", action="store_true",
+        "--scale",
+        action="store_true",
         help="the at-scale rows: F = 100,000 at n = 12 and F = 10,000 at n = 16 (free-form path skipped)",
     )
     parser.add_argument("--seed", type=int, default=0)
@@ -630,7 +633,11 @@ def main(argv=None) -> int:
     print()
     print(report)
     if args.out is not None or not args.quick:
-        stem = args.out or os.path.join(HERE, "results", "bench_exact" + ("_scale" if args.scale else "") + ("_x64" if x64 else ""))
+        stem = args.out or os.path.join(
+            HERE,
+            "results",
+            "bench_exact" + ("_scale" if args.scale else "") + ("_x64" if x64 else ""),
+        )
         os.makedirs(os.path.dirname(os.path.abspath(stem)), exist_ok=True)
         with open(stem + ".md", "w") as f:
             f.write(report)

@@ -85,7 +85,11 @@ def run_child(kind: str, folder: str, noise: str) -> dict:
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     done = subprocess.run(
         [sys.executable, "-c", CHILD, kind, folder, noise],
-        capture_output=True, text=True, timeout=600, env=env, check=False,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        check=False,
     )
     if done.returncode != 0:
         raise RuntimeError(f"{kind} process failed:\n{done.stderr[-3000:]}")
@@ -93,21 +97,30 @@ def run_child(kind: str, folder: str, noise: str) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--noise", default="recorded", help="comma-separated noise modes (default recorded)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--noise", default="recorded", help="comma-separated noise modes (default recorded)"
+    )
     parser.add_argument("--repeats", type=int, default=3, help="cold/warm pairs (default 3)")
     parser.add_argument(
-        "--programs", action="store_true",
+        "--programs",
+        action="store_true",
         help="also print, for the first repeat, every program the first call traced: trace, lowering, "
         "and compile (or persistent-cache load) seconds, cold and warm",
     )
     parser.add_argument(
-        "--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "bench_first_call.md"),
+        "--out",
+        default=os.path.join(
+            os.path.dirname(os.path.abspath(__file__)), "results", "bench_first_call.md"
+        ),
         help="where the printed report is also written (default results/bench_first_call.md)",
     )
     args = parser.parse_args()
     lines = [
-        "## bench_first_call", "",
+        "## bench_first_call",
+        "",
         "`" + " ".join(["python benchmarks/bench_first_call.py", *sys.argv[1:]]) + "`, "
         f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPU cores.",
         "",
@@ -116,8 +129,11 @@ def main() -> int:
     def say(text=""):
         print(text)
         lines.extend(str(text).split("\n"))
+
     modes = args.noise.split(",")
-    say(f"load average at start: {os.getloadavg()[0]:.2f} (2 cores; above ~1 the times are disturbed)")
+    say(
+        f"load average at start: {os.getloadavg()[0]:.2f} (2 cores; above ~1 the times are disturbed)"
+    )
     rows = []
     reference = None
     tables = {}
@@ -131,15 +147,31 @@ def main() -> int:
                     if reference is None:
                         reference = {m: out[m]["shapley"] for m in modes}
                     if out[noise]["shapley"] != reference[noise]:
-                        raise SystemExit(f"{kind} ({noise}): the blame differs from the first process")
-                    rows.append((repeat, kind, noise, out["import_s"], out[noise]["first_s"], out[noise]["second_s"], wall))
+                        raise SystemExit(
+                            f"{kind} ({noise}): the blame differs from the first process"
+                        )
+                    rows.append(
+                        (
+                            repeat,
+                            kind,
+                            noise,
+                            out["import_s"],
+                            out[noise]["first_s"],
+                            out[noise]["second_s"],
+                            wall,
+                        )
+                    )
                     if repeat == 0:
                         tables[(kind, noise)] = out[noise]["programs"]
-    say("\n| repeat | cache | noise | import | first call | second call | first / second | process wall |")
+    say(
+        "\n| repeat | cache | noise | import | first call | second call | first / second | process wall |"
+    )
     say("|---|---|---|---|---|---|---|---|")
     for repeat, kind, noise, imported, first, second, wall in rows:
-        say(f"| {repeat} | {kind} | {noise} | {imported:.2f} s | {first:.2f} s | {second * 1e3:.1f} ms | "
-              f"{first / second:.0f}x | {wall:.1f} s |")
+        say(
+            f"| {repeat} | {kind} | {noise} | {imported:.2f} s | {first:.2f} s | {second * 1e3:.1f} ms | "
+            f"{first / second:.0f}x | {wall:.1f} s |"
+        )
     say("\nEvery process returned the same blame, bit for bit.")
     if args.programs:
         for (kind, noise), programs in tables.items():
@@ -150,13 +182,17 @@ def main() -> int:
             for name, trace, lower, compile_s in programs:
                 say(f"| {name} | {trace:.3f} s | {lower:.3f} s | {compile_s:.3f} s |")
             sums = [sum(p[i] for p in programs) for i in (1, 2, 3)]
-            say(f"| total ({sum(1 for p in programs if p[3] > 0)} compiled) | {sums[0]:.3f} s | {sums[1]:.3f} s | {sums[2]:.3f} s |")
+            say(
+                f"| total ({sum(1 for p in programs if p[3] > 0)} compiled) | {sums[0]:.3f} s | {sums[1]:.3f} s | {sums[2]:.3f} s |"
+            )
     say(f"load average at end: {os.getloadavg()[0]:.2f}")
     for kind, target in (("cold", 5.0), ("warm", 1.0)):
         firsts = [r[4] for r in rows if r[1] == kind]
         best = min(firsts)
-        say(f"{kind}: first call {best:.2f}-{max(firsts):.2f} s; target <= {target:.0f} s: "
-              + ("met" if best <= target else "not met"))
+        say(
+            f"{kind}: first call {best:.2f}-{max(firsts):.2f} s; target <= {target:.0f} s: "
+            + ("met" if best <= target else "not met")
+        )
     with open(args.out, "w") as f:
         f.write("\n".join(lines) + "\n")
     return 0

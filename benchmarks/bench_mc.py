@@ -284,7 +284,9 @@ def breakdown(n, num_failures, seed, repeats, orders=(32, 128, 512)):
         return 0.5 * case["weights"].sum()
 
     game = make_pipeline(n)
-    unpadded = f"the game, all {n - 1} interior prefixes of an order in one block (no padding, no scan)"
+    unpadded = (
+        f"the game, all {n - 1} interior prefixes of an order in one block (no padding, no scan)"
+    )
     pipelines = {
         "the game (as timed above)": game,
         unpadded: lambda ctx, case: game(ctx, case),  # its own compiled function
@@ -430,6 +432,7 @@ def chain_compare(n, num_failures, orders, repeats, seed) -> dict:
         bj.clear_caches()  # the setting is read while tracing
         bj_mc._DEFER_FROM = 0 if defer else n + 1
         try:
+
             def call(key):
                 result = bj.mc_shapley(
                     chain_pipeline, cases, worlds, key=key, max_evaluations=budget, stop=()
@@ -450,7 +453,9 @@ def chain_compare(n, num_failures, orders, repeats, seed) -> dict:
             bj_mc._DEFER_FROM = default
             bj.clear_caches()
         evaluations = int(np.asarray(result.evaluations).sum())
-        return result, dict(compile_s=max(first - steady, 0.0), ns_per_eval=1e9 * steady / evaluations)
+        return result, dict(
+            compile_s=max(first - steady, 0.0), ns_per_eval=1e9 * steady / evaluations
+        )
 
     deferred, d = side(True)
     eager, e = side(False)
@@ -469,8 +474,18 @@ def chain_rows(sizes, num_failures, orders, repeats, seed, log) -> list[dict]:
     rows = []
     for n in sizes:
         command = [
-            sys.executable, __file__, "--chain-one", str(n), "--failures", str(num_failures),
-            "--orders", str(orders), "--repeats", str(repeats), "--seed", str(seed),
+            sys.executable,
+            __file__,
+            "--chain-one",
+            str(n),
+            "--failures",
+            str(num_failures),
+            "--orders",
+            str(orders),
+            "--repeats",
+            str(repeats),
+            "--seed",
+            str(seed),
         ]
         done = subprocess.run(command, capture_output=True, text=True, timeout=3600, check=False)
         if done.returncode != 0:
@@ -541,6 +556,7 @@ def chain_report(rows, command, uptime) -> str:
         )
     return "\n".join(lines) + "\n"
 
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
@@ -579,7 +595,11 @@ def main(argv=None) -> int:
         print(json.dumps(row))
         return 0
     if args.chain_compare:
-        sizes = (16, 32, 64, 128) if args.sizes is None else tuple(int(x) for x in args.sizes.split(","))
+        sizes = (
+            (16, 32, 64, 128)
+            if args.sizes is None
+            else tuple(int(x) for x in args.sizes.split(","))
+        )
         uptime = "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
         lines = [
             "# bench_mc --chain-compare: deferred draws against draws made one by one",

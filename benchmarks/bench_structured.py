@@ -56,7 +56,10 @@ def say(line: str = "") -> None:
 def chain_cases(seed: int, n: int, num_cases: int, k: int, num_variants: int = 2):
     rng = np.random.default_rng(seed)
     tables = [
-        jnp.asarray(1.5 * rng.standard_normal((num_cases, num_variants) + ((k,) if i else ()) + (k,)), jnp.float32)
+        jnp.asarray(
+            1.5 * rng.standard_normal((num_cases, num_variants) + ((k,) if i else ()) + (k,)),
+            jnp.float32,
+        )
         for i in range(n)
     ]
     return dict(tables=tables, score=jnp.asarray(rng.uniform(size=(num_cases, k)), jnp.float32))
@@ -146,10 +149,14 @@ def section_chain():
         ref = np.mean([reference_of(cases, worlds, f, w, n, k) for w in range(num_w)], axis=0)
         errors.append(np.abs(np.asarray(result.shapley[f], np.float64) - ref).max())
     eff = float(np.abs(np.asarray(result.shapley).sum(1) - np.asarray(result.total)).max())
-    say(f"- method {result.method}; first call {first:.2f} s, steady {steady:.2f} s "
-        f"(targets 10 s, 2 s), peak RSS {rss:.2f} GiB (target 2 GiB)")
-    say(f"- largest difference from the float64 reference (2 failures): {max(errors):.2e}; "
-        f"efficiency error {eff:.2e}")
+    say(
+        f"- method {result.method}; first call {first:.2f} s, steady {steady:.2f} s "
+        f"(targets 10 s, 2 s), peak RSS {rss:.2f} GiB (target 2 GiB)"
+    )
+    say(
+        f"- largest difference from the float64 reference (2 failures): {max(errors):.2e}; "
+        f"efficiency error {eff:.2e}"
+    )
     ok = max(errors) < 1e-5 and eff < 1e-4
     say(f"- per failure x world: {steady / (num_f * num_w) * 1e6:.0f} us")
     return ok
@@ -182,7 +189,10 @@ def section_enumeration():
     say("|---|---|---|---|---|---|")
     ok = True
     num_f = 64
-    rows = [("chain K=4", chain, chain_cases(n, n, num_f, 4, num_variants=3), n) for n in (8, 12, 16, 20)]
+    rows = [
+        ("chain K=4", chain, chain_cases(n, n, num_f, 4, num_variants=3), n)
+        for n in (8, 12, 16, 20)
+    ]
     rows.append(("DAG, two-parent step", dag, dag_cases(0, num_f), 4))
     d = bj.demos
     rows += [
@@ -195,7 +205,10 @@ def section_enumeration():
     for name, pipeline, cases, n in rows:
         worlds = bj.fresh_worlds(3, num_f, 4)
         fixes = {"s3": 2} if name.startswith("chain") else None
-        e, _, te = call(lambda: bj.exact_blame(pipeline, cases, worlds, method="enumerate", fixes=fixes), repeats=1)
+        e, _, te = call(
+            lambda: bj.exact_blame(pipeline, cases, worlds, method="enumerate", fixes=fixes),
+            repeats=1,
+        )
         s, _, ts = call(lambda: bj.exact_blame(pipeline, cases, worlds, fixes=fixes))
         diff = max(
             float(np.abs(np.asarray(getattr(s, f)) - np.asarray(getattr(e, f))).max())
@@ -226,23 +239,32 @@ def take_pipeline(form, n):
 def section_take():
     n, k, num_f = 20, 4, 4
     say(f"## a score over two steps, enumerating path (n = {n}, K = {k}, {num_f} failures)")
-    cases = dict(chain_cases(5, n, num_f, k), pair=jnp.asarray(np.random.default_rng(6).uniform(size=(num_f, k, k)), jnp.float32))
+    cases = dict(
+        chain_cases(5, n, num_f, k),
+        pair=jnp.asarray(np.random.default_rng(6).uniform(size=(num_f, k, k)), jnp.float32),
+    )
     worlds = bj.recorded_worlds(0, num_f)
     out, cost = {}, {}
     for form in ("index", "take", "swap"):
         pipeline = take_pipeline(form, n)
-        result, _, steady = call(lambda: bj.exact_blame(pipeline, cases, worlds, method="enumerate"))
+        result, _, steady = call(
+            lambda: bj.exact_blame(pipeline, cases, worlds, method="enumerate")
+        )
         out[form], cost[form] = np.asarray(result.shapley), steady / (num_f * 2**n) * 1e9
     same = all(np.array_equal(out["index"], out[f]) for f in out)
-    say(f"- ns per coalition: table[d.index, v.index] {cost['index']:.1f}, v.take(d.take(table)) "
+    say(
+        f"- ns per coalition: table[d.index, v.index] {cost['index']:.1f}, v.take(d.take(table)) "
         f"{cost['take']:.1f} ({cost['take'] / cost['index']:.2f}x), d.take(v.take(table.T)) "
-        f"{cost['swap']:.1f} ({cost['swap'] / cost['index']:.2f}x); values equal bit for bit: {same}")
+        f"{cost['swap']:.1f} ({cost['swap'] / cost['index']:.2f}x); values equal bit for bit: {same}"
+    )
     return same
 
 
 def section_mc():
     n, k, num_f = 64, 4, 4
-    say(f"## Monte Carlo against structured exact values (n = {n}, K = {k}, {num_f} failures, recorded)")
+    say(
+        f"## Monte Carlo against structured exact values (n = {n}, K = {k}, {num_f} failures, recorded)"
+    )
     cases = chain_cases(7, n, num_f, k)
     worlds = bj.recorded_worlds(0, num_f)
     exact, _, ts = call(lambda: bj.exact_blame(chain, cases, worlds))
@@ -259,12 +281,21 @@ def section_mc():
         if error < 1e-3:
             reached = wall
             break
-    say(f"- Monte Carlo reached a largest error below 1e-3 in {reached:.1f} s" if reached else
-        "- Monte Carlo did not reach 1e-3 within 2^22 evaluations per failure")
+    say(
+        f"- Monte Carlo reached a largest error below 1e-3 in {reached:.1f} s"
+        if reached
+        else "- Monte Carlo did not reach 1e-3 within 2^22 evaluations per failure"
+    )
     return True
 
 
-SECTIONS = dict(chain=section_chain, scaling=section_scaling, enumeration=section_enumeration, take=section_take, mc=section_mc)
+SECTIONS = dict(
+    chain=section_chain,
+    scaling=section_scaling,
+    enumeration=section_enumeration,
+    take=section_take,
+    mc=section_mc,
+)
 
 
 def main(argv=None) -> int:
@@ -274,8 +305,10 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     chosen = [name for name in SECTIONS if getattr(args, name)] or list(SECTIONS)
     load = os.getloadavg()[0]
-    say(f"# bench_structured.py --{' --'.join(chosen)}: {datetime.date.today()}, load {load:.1f}, "
-        f"jax {jax.__version__}, {jax.devices()[0].platform}")
+    say(
+        f"# bench_structured.py --{' --'.join(chosen)}: {datetime.date.today()}, load {load:.1f}, "
+        f"jax {jax.__version__}, {jax.devices()[0].platform}"
+    )
     ok = True
     for name in chosen:
         ok &= bool(SECTIONS[name]())

@@ -19,8 +19,14 @@ import tempfile
 import time
 
 EXTRA = {"rag": ["--skip-noise-sharing", "--no-progress"], "stopping": ["--no-progress"]}
-SIZES = {"refund": (10_000, 100_000), "rag": (2_000, 20_000), "agent8": (500, 5_000),
-         "car": (500, 5_000), "stopping": (1_000, 10_000), "fit": (400, 4_000)}
+SIZES = {
+    "refund": (10_000, 100_000),
+    "rag": (2_000, 20_000),
+    "agent8": (500, 5_000),
+    "car": (500, 5_000),
+    "stopping": (1_000, 10_000),
+    "fit": (400, 4_000),
+}
 
 
 MEASURE = (
@@ -33,10 +39,25 @@ MEASURE = (
 def peak_rss(name: str, cases: int, out: str) -> tuple[int, float]:
     """Peak resident bytes and wall seconds of one demo run in a fresh process (measured by a
     wrapper process of its own, so that no earlier run's peak hides it)."""
-    command = [sys.executable, "-m", "blamejax", "demo", name, "--cases", str(cases), "--no-compile-cache"]
+    command = [
+        sys.executable,
+        "-m",
+        "blamejax",
+        "demo",
+        name,
+        "--cases",
+        str(cases),
+        "--no-compile-cache",
+    ]
     command += EXTRA.get(name, []) + (["--out", out] if name in ("rag", "fit") else [])
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", MEASURE, *command], capture_output=True, text=True, timeout=1200, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", MEASURE, *command],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        check=False,
+    )
     wall = time.perf_counter() - start
     peak = int(done.stdout.strip().splitlines()[-1]) if done.stdout.strip() else -1
     if peak < 0:
@@ -45,7 +66,9 @@ def peak_rss(name: str, cases: int, out: str) -> tuple[int, float]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--demos", default="refund", help="comma-separated demos (default refund)")
     args = parser.parse_args()
     print(f"load average: {os.getloadavg()[0]:.2f}")
@@ -55,8 +78,10 @@ def main() -> int:
             low, t_low = peak_rss(name, small, out)
             high, t_high = peak_rss(name, large, out)
             per_case = (high - low) / (large - small)
-            print(f"{name}: {small:,} cases {low / 2**20:.0f} MiB ({t_low:.0f} s), {large:,} cases "
-                  f"{high / 2**20:.0f} MiB ({t_high:.0f} s): {per_case:,.0f} bytes per case")
+            print(
+                f"{name}: {small:,} cases {low / 2**20:.0f} MiB ({t_low:.0f} s), {large:,} cases "
+                f"{high / 2**20:.0f} MiB ({t_high:.0f} s): {per_case:,.0f} bytes per case"
+            )
     return 0
 
 

@@ -58,14 +58,20 @@ def jax_random_sites(key, steps, slots, num_options):
     """The noise of `gumbel_sites` drawn with jax.random itself (its rolled Threefry on CPU)."""
     rows = []
     for step, slot in zip(steps, slots):
-        site = jr.fold_in(jr.fold_in(jr.fold_in(key, _noise._GUMBEL_TAG), bj.noise.stable_hash(step)), slot)
-        rows.append(jax.vmap(lambda j, s=site: jr.gumbel(jr.fold_in(s, j)))(jnp.arange(num_options)))
+        site = jr.fold_in(
+            jr.fold_in(jr.fold_in(key, _noise._GUMBEL_TAG), bj.noise.stable_hash(step)), slot
+        )
+        rows.append(
+            jax.vmap(lambda j, s=site: jr.gumbel(jr.fold_in(s, j)))(jnp.arange(num_options))
+        )
     return jnp.stack(rows)
 
 
 def bench_inputs(n: int, num_failures: int, num_worlds: int):
     """The bench_exact chain of n steps: its float32 tables, fresh worlds and pipeline."""
-    tables = {k: jnp.asarray(v.astype(np.float32)) for k, v in build_tables(n, num_failures, 0).items()}
+    tables = {
+        k: jnp.asarray(v.astype(np.float32)) for k, v in build_tables(n, num_failures, 0).items()
+    }
     return tables, bj.fresh_worlds(0, num_failures, num_worlds), chain_pipeline(n)
 
 
@@ -89,7 +95,9 @@ def profile_size(n: int, num_failures: int, num_worlds: int) -> list[str]:
     tables_fn = jax.jit(jax.vmap(table))
     cube = timed(tables_fn, tables, worlds)
     values = tables_fn(tables, worlds)
-    reduction = timed(jax.jit(jax.vmap(lambda v: bj.attribute(v, interactions=False).shapley)), values)
+    reduction = timed(
+        jax.jit(jax.vmap(lambda v: bj.attribute(v, interactions=False).shapley)), values
+    )
 
     call = lambda: bj.exact_blame(pipeline, tables, worlds, max_steps=max(20, n))  # noqa: E731
     whole = timed(call)
@@ -133,7 +141,10 @@ def profile_size(n: int, num_failures: int, num_worlds: int) -> list[str]:
 def profile_reduction24() -> list[str]:
     values = jnp.asarray(np.random.default_rng(0).uniform(size=(1, 1 << 24)), jnp.float32)
     out = []
-    for name, split_from in (("two-halves split (used from n = 18)", 18), ("pairwise divide-and-conquer", 99)):
+    for name, split_from in (
+        ("two-halves split (used from n = 18)", 18),
+        ("pairwise divide-and-conquer", 99),
+    ):
         _shapley._SPLIT_FROM = split_from
         bj.attribute.clear_cache()  # compiled per table length: read the setting again
         reduce = jax.jit(jax.vmap(lambda v: bj.attribute(v, interactions=False).shapley))
@@ -141,7 +152,14 @@ def profile_reduction24() -> list[str]:
         out.append(f"| {name} | {first:.2f} s | {steady * 1e3:.1f} ms |")
     _shapley._SPLIT_FROM = 18
     bj.attribute.clear_cache()
-    return ["### Shapley reduction at n = 24, one table", "", "| method | first call (compile) | steady |", "|---|---|---|", *out, ""]
+    return [
+        "### Shapley reduction at n = 24, one table",
+        "",
+        "| method | first call (compile) | steady |",
+        "|---|---|---|",
+        *out,
+        "",
+    ]
 
 
 def profile_floor(n: int = 12, num_failures: int = 512) -> list[str]:
@@ -151,7 +169,9 @@ def profile_floor(n: int = 12, num_failures: int = 512) -> list[str]:
     players, fixes = tuple(range(n)), (1,) * n
 
     def library(case, world):
-        return coalition_values(pipeline, structure, case, world, players, fixes, rows_per_world=True)
+        return coalition_values(
+            pipeline, structure, case, world, players, fixes, rows_per_world=True
+        )
 
     def by_hand(case, world):
         noise = world_noise(structure, world)  # [n, K], site i is step i
@@ -171,7 +191,9 @@ def profile_floor(n: int = 12, num_failures: int = 512) -> list[str]:
     if not same:
         raise SystemExit("the hand-written coalition table differs from blamejax's")
     lib, hand = timed(library_fn, tables, first_world), timed(hand_fn, tables, first_world)
-    reduction = timed(jax.jit(jax.vmap(lambda v: bj.attribute(v, interactions=False).shapley)), values)
+    reduction = timed(
+        jax.jit(jax.vmap(lambda v: bj.attribute(v, interactions=False).shapley)), values
+    )
     call = timed(lambda: bj.exact_blame(pipeline, tables, worlds, chunk_size=num_failures))
     per = lambda s: f"{s / (num_failures << n) * 1e9:.2f} ns"  # noqa: E731
     return [
@@ -202,7 +224,9 @@ def profile_chunks(n: int = 12, num_failures: int = 8192, sizes=(128, 512, 2048)
         reference = values if reference is None else reference
         if not np.array_equal(values, reference):
             raise SystemExit(f"chunk_size {size} changed the Shapley values")
-        rows.append(f"| {size} | {first:.2f} s | {steady * 1e3:.1f} ms | {steady / (num_failures << n) * 1e9:.2f} ns |")
+        rows.append(
+            f"| {size} | {first:.2f} s | {steady * 1e3:.1f} ms | {steady / (num_failures << n) * 1e9:.2f} ns |"
+        )
     return [
         f"### Failures per compiled call, n = {n}, {num_failures} failures x 1 world",
         "",
@@ -218,8 +242,12 @@ def profile_chunks(n: int = 12, num_failures: int = 8192, sizes=(128, 512, 2048)
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reduction24", action="store_true", help="also time the n = 24 reduction")
-    parser.add_argument("--floor", action="store_true", help="also the hand-written coalition table at n = 12")
-    parser.add_argument("--chunks", action="store_true", help="also exact_blame at several chunk sizes (n = 12)")
+    parser.add_argument(
+        "--floor", action="store_true", help="also the hand-written coalition table at n = 12"
+    )
+    parser.add_argument(
+        "--chunks", action="store_true", help="also exact_blame at several chunk sizes (n = 12)"
+    )
     parser.add_argument("--out", default=os.path.join(HERE, "results", "profile_exact.md"))
     args = parser.parse_args(argv)
     lines = [

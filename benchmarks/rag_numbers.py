@@ -42,7 +42,9 @@ def resolve_rates(structure, cases_f, worlds) -> np.ndarray:
     players, fixes = tuple(range(n)), (1,) * n
 
     def one(case, world):
-        return bj.coalitions.mask_values(_rag.rag_pipeline, structure, case, world, players, fixes, masks)
+        return bj.coalitions.mask_values(
+            _rag.rag_pipeline, structure, case, world, players, fixes, masks
+        )
 
     values = jax.jit(jax.vmap(jax.vmap(one, in_axes=(None, 0))))(cases_f, worlds)  # [F, W, n]
     return np.mean(np.asarray(values) >= 1.0, axis=(0, 1))

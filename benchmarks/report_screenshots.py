@@ -31,11 +31,23 @@ SIZES = (3, 42, None)  # None: every failure (146 for 200 questions, seed 0)
 def screenshot(chromium: str, page: Path, png: Path, size=(1200, 900)) -> None:
     with tempfile.TemporaryDirectory() as profile:
         subprocess.run(
-            [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-             "--disable-background-networking", "--disable-component-update", "--no-first-run",
-             f"--user-data-dir={profile}", f"--screenshot={png}", f"--window-size={size[0]},{size[1]}",
-             page.resolve().as_uri()],
-            capture_output=True, timeout=120, check=True,
+            [
+                chromium,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--hide-scrollbars",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--no-first-run",
+                f"--user-data-dir={profile}",
+                f"--screenshot={png}",
+                f"--window-size={size[0]},{size[1]}",
+                page.resolve().as_uri(),
+            ],
+            capture_output=True,
+            timeout=120,
+            check=True,
         )
 
 
@@ -51,14 +63,25 @@ def main() -> int:
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     for size in SIZES:
         result = bj.blame_batch(
-            bj.demos.rag_pipeline, cases, 0, noise=args.noise, max_failures=size, option_names=OPTION_NAMES
+            bj.demos.rag_pipeline,
+            cases,
+            0,
+            noise=args.noise,
+            max_failures=size,
+            option_names=OPTION_NAMES,
         )
         name = f"report_{result.num_analysed}"
         page = out / f"{name}.html"
         result.save_html(page)
         text = page.read_text()
-        panels = re.findall(r'<g class="panel" data-quantity="(\w+)" data-min="([^"]+)" data-max="([^"]+)" data-ticks="(\d+)"', text)
-        print(f"{result.num_analysed} failures: " + "; ".join(f"{q} [{lo}, {hi}] {t} ticks" for q, lo, hi, t in panels))
+        panels = re.findall(
+            r'<g class="panel" data-quantity="(\w+)" data-min="([^"]+)" data-max="([^"]+)" data-ticks="(\d+)"',
+            text,
+        )
+        print(
+            f"{result.num_analysed} failures: "
+            + "; ".join(f"{q} [{lo}, {hi}] {t} ticks" for q, lo, hi, t in panels)
+        )
         if chromium is None:
             print("  (no chromium: no screenshot)")
             continue

@@ -65,7 +65,9 @@ def load():
     for step in run.steps:
         d = by_step.get(step.name)
         if d is not None:
-            step = dataclasses.replace(step, options=tuple(d["options"]), choice=d["options"][0], given=d["given"])
+            step = dataclasses.replace(
+                step, options=tuple(d["options"]), choice=d["options"][0], given=d["given"]
+            )
         steps.append(step)
     return dataclasses.replace(run, steps=tuple(steps)), by_step
 
@@ -106,7 +108,9 @@ def stand_in(request):
     """The stand-in's logits of one request: log of its hand-set probabilities."""
     row = STAND_IN[request.step][request.variant]
     if "translation" in request.inputs:
-        translations = json.loads((DATA / "whowhen_41_decisions.json").read_text())["decisions"][0]["options"]
+        translations = json.loads((DATA / "whowhen_41_decisions.json").read_text())["decisions"][0][
+            "options"
+        ]
         row = row[translations.index(request.inputs["translation"])]
     return np.log(np.asarray(row, np.float64))
 
@@ -157,38 +161,73 @@ def costs(worlds=(1, 4, 16, 64), samples=64):
                 cache = Cache(pathlib.Path(folder) / f"{estimator}-{num_worlds}.sqlite")
                 scorer = FunctionScorer(stand_in, name="stand-in", cache=cache, meter=meter)
                 start = time.perf_counter()
-                fill = fill_lazily([run], scorer, request, key=0, num_worlds=num_worlds, score=score)
+                fill = fill_lazily(
+                    [run], scorer, request, key=0, num_worlds=num_worlds, score=score
+                )
                 # Monte Carlo: `samples` permutations of the 3 players in every world.
-                options = {} if estimator == "exact" else {"max_evaluations": num_worlds * (2 + samples * 2)}
+                options = (
+                    {}
+                    if estimator == "exact"
+                    else {"max_evaluations": num_worlds * (2 + samples * 2)}
+                )
                 out = fill.blame(estimator=estimator, **options)
                 seconds = time.perf_counter() - start
                 calls = meter.calls
-                again = fill_lazily([run], scorer, request, key=0, num_worlds=num_worlds, score=score)
-                offline = fill_lazily([run], replay, request, key=0, num_worlds=num_worlds, score=score)
-                for name, table in fill.cases.cases["logits"].items():  # the fixture holds the stand-in's logits
+                again = fill_lazily(
+                    [run], scorer, request, key=0, num_worlds=num_worlds, score=score
+                )
+                offline = fill_lazily(
+                    [run], replay, request, key=0, num_worlds=num_worlds, score=score
+                )
+                for name, table in fill.cases.cases[
+                    "logits"
+                ].items():  # the fixture holds the stand-in's logits
                     if not np.array_equal(table, offline.cases.cases["logits"][name]):
-                        raise AssertionError(f"the fixture's logits of {name} differ from the stand-in's; rerun --write-fixture")
+                        raise AssertionError(
+                            f"the fixture's logits of {name} differ from the stand-in's; rerun --write-fixture"
+                        )
                 read = bj.traces.readout(out.result, out.cases.agent_map)
-                rows.append((estimator, num_worlds, calls, fill.naive, fill.rounds, meter.calls - calls,
-                             meter.hits, read.when[0], seconds))
-                assert again.calls == fill.calls and meter.calls == calls  # the second fill: cache hits only
+                rows.append(
+                    (
+                        estimator,
+                        num_worlds,
+                        calls,
+                        fill.naive,
+                        fill.rounds,
+                        meter.calls - calls,
+                        meter.hits,
+                        read.when[0],
+                        seconds,
+                    )
+                )
+                assert (
+                    again.calls == fill.calls and meter.calls == calls
+                )  # the second fill: cache hits only
     return rows
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--write-fixture", action="store_true", help="rewrite the notebook's cache fixture")
+    parser.add_argument(
+        "--write-fixture", action="store_true", help="rewrite the notebook's cache fixture"
+    )
     args = parser.parse_args()
     if args.write_fixture:
         write_fixture()
         return
     rows = costs()
     print("Who&When run 41, 3 decision steps (3, 2 given 3, 2 options), 1 failure; stand-in scorer")
-    print(f"{'estimator':<10}{'worlds':>7}{'calls':>7}{'naive':>7}{'rounds':>8}{'calls again':>13}"
-          f"{'hits again':>12}  {'most blamed':<28}{'seconds':>8}")
+    print(
+        f"{'estimator':<10}{'worlds':>7}{'calls':>7}{'naive':>7}{'rounds':>8}{'calls again':>13}"
+        f"{'hits again':>12}  {'most blamed':<28}{'seconds':>8}"
+    )
     for estimator, w, calls, naive, rounds, more, hits, when, seconds in rows:
-        print(f"{estimator:<10}{w:>7}{calls:>7}{naive:>7}{rounds:>8}{more:>13}{hits:>12}  {when:<28}{seconds:>8.2f}")
-    print("calls: model answers for one failure (the meter); naive: every step x variant x parent option;")
+        print(
+            f"{estimator:<10}{w:>7}{calls:>7}{naive:>7}{rounds:>8}{more:>13}{hits:>12}  {when:<28}{seconds:>8.2f}"
+        )
+    print(
+        "calls: model answers for one failure (the meter); naive: every step x variant x parent option;"
+    )
     print("calls again: a second fill from the same cache; mc: 64 permutations per world")
 
 

@@ -25,7 +25,9 @@ def leading_size(cases) -> int:
         )
     leaves = jax.tree_util.tree_leaves(cases)
     if not leaves:
-        raise ValueError("`cases` is empty: it must be a pytree of arrays with a leading failure axis")
+        raise ValueError(
+            "`cases` is empty: it must be a pytree of arrays with a leading failure axis"
+        )
     sizes = {np.shape(leaf)[0] if np.ndim(leaf) else None for leaf in leaves}
     if None in sizes or len(sizes) != 1:
         shapes = [np.shape(leaf) for leaf in leaves]
@@ -57,9 +59,7 @@ def check_worlds(worlds: World, num_failures: int, structure: Structure) -> int:
         )
     shape = tuple(worlds.key.shape)
     if len(shape) != 2 or shape[0] != num_failures:
-        raise ValueError(
-            f"`worlds.key` must have shape [F, W] = [{num_failures}, W], got {shape}"
-        )
+        raise ValueError(f"`worlds.key` must have shape [F, W] = [{num_failures}, W], got {shape}")
     if shape[1] == 0:
         raise ValueError("`worlds` holds W = 0 worlds per failure; need at least one")
     if worlds.overrides is not None:
@@ -155,12 +155,12 @@ def check_mode(mode):
     """`mode` must be `Hard()` or `Relaxed(tau)` (an instance, not a string or the class)."""
     if isinstance(mode, (Hard, Relaxed)):
         return mode
-    raise TypeError(
-        f"`mode` must be blamejax.Hard() or blamejax.Relaxed(tau), got {mode!r}"
-    )
+    raise TypeError(f"`mode` must be blamejax.Hard() or blamejax.Relaxed(tau), got {mode!r}")
 
 
-def check_scores_in_range(low: float, high: float, score_range, explain=None, nan: bool = False) -> None:
+def check_scores_in_range(
+    low: float, high: float, score_range, explain=None, nan: bool = False
+) -> None:
     """The lowest and highest score a pipeline returned must lie in the declared range, and be
     numbers: a NaN score (a draw with no valid option, or the pipeline's own arithmetic) is
     an error, never a pass. `nan` says a NaN was seen (compiled min/max reductions may skip
@@ -217,7 +217,9 @@ def available_memory() -> tuple[int, str]:
     except OSError:
         pass
     try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "the machine's physical memory"
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf(
+            "SC_PHYS_PAGES"
+        ), "the machine's physical memory"
     except (ValueError, OSError, AttributeError):
         return 4 * 2**30, "an assumed 4 GiB: the machine's memory is unknown"
 

@@ -16,7 +16,9 @@ def _refund(args) -> int:
     from .worlds import recorded_worlds, replay
 
     print("Refund-policy pipeline: planner -> retriever -> writer -> reviewer")
-    print(f"{args.cases} customers, each run once with its own recorded noise (seed {args.seed}).\n")
+    print(
+        f"{args.cases} customers, each run once with its own recorded noise (seed {args.seed}).\n"
+    )
     for mechanism, what in (
         ("A", "the reviewer's fix re-checks cited claims, so it needs the writer's citations"),
         ("B", "the reviewer's fix checks every claim"),
@@ -76,7 +78,14 @@ def _fit(args) -> int:
     return run_fit_demo(args)
 
 
-DEMOS = {"refund": _refund, "car": _car, "agent8": _agent8, "rag": _rag, "fit": _fit, "stopping": _stopping}
+DEMOS = {
+    "refund": _refund,
+    "car": _car,
+    "agent8": _agent8,
+    "rag": _rag,
+    "fit": _fit,
+    "stopping": _stopping,
+}
 DEFAULT_CASES = {"refund": 20, "car": 200, "agent8": 200, "rag": 200, "fit": 400, "stopping": 3000}
 # The memory each demo holds per case (its tables, the runs, worlds and reports built from
 # them), measured by `python benchmarks/demo_memory.py --demos NAME` on this project's machine:
@@ -85,13 +94,43 @@ DEFAULT_CASES = {"refund": 20, "car": 200, "agent8": 200, "rag": 200, "fit": 400
 # the process itself (JAX and the compiled programs), and must fit the memory available.
 # Measured here: refund 1.3 KB, car 290 KB (a case's 1,000 rollouts), agent8 3.5 KB, rag 16 KB,
 # fit 18 KB, stopping 3 KB per case.
-BYTES_PER_CASE = {"refund": 1_300, "car": 290_000, "agent8": 3_500, "rag": 16_000, "fit": 18_000, "stopping": 3_000}
+BYTES_PER_CASE = {
+    "refund": 1_300,
+    "car": 290_000,
+    "agent8": 3_500,
+    "rag": 16_000,
+    "fit": 18_000,
+    "stopping": 3_000,
+}
 PROCESS_BYTES = 600 * 2**20
 MEMORY_MARGIN = 2
 # The optional flags, their defaults, and which demo uses which.
-OPTIONAL_FLAGS = {"out": None, "noise": "all", "worlds": 8, "estimator": "auto", "permutations": 64, "skip_noise_sharing": False, "no_progress": False}
-_RAG_FLAGS = {"out", "noise", "worlds", "estimator", "permutations", "skip_noise_sharing", "no_progress"}
-DEMO_FLAGS = {"refund": set(), "car": set(), "agent8": set(), "rag": _RAG_FLAGS, "fit": {"out"}, "stopping": {"no_progress"}}
+OPTIONAL_FLAGS = {
+    "out": None,
+    "noise": "all",
+    "worlds": 8,
+    "estimator": "auto",
+    "permutations": 64,
+    "skip_noise_sharing": False,
+    "no_progress": False,
+}
+_RAG_FLAGS = {
+    "out",
+    "noise",
+    "worlds",
+    "estimator",
+    "permutations",
+    "skip_noise_sharing",
+    "no_progress",
+}
+DEMO_FLAGS = {
+    "refund": set(),
+    "car": set(),
+    "agent8": set(),
+    "rag": _RAG_FLAGS,
+    "fit": {"out"},
+    "stopping": {"no_progress"},
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -102,22 +141,89 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="run a built-in demo and print its blame table")
     demo.add_argument("name", choices=sorted(DEMOS), help="which demo to run")
-    demo.add_argument("--seed", type=_seed, default=0, help="root seed of the recorded noise, in [0, 2**32) (default 0)")
-    demo.add_argument("--cases", type=int, default=None, help="number of cases to run (default: refund 20, rag 200, agent8 200, car 200, fit 400, stopping 3000)")
-    demo.add_argument("--out", default=None, help="folder for the reports of `rag` and `fit` (default blamejax-out/NAME)")
-    demo.add_argument("--noise", default=None, choices=["all", "recorded", "inferred", "fresh"], help="noise mode(s) for `rag` (default all three)")
-    demo.add_argument("--worlds", type=int, default=None, help="worlds per failure for inferred and fresh noise in `rag` (default 8)")
-    demo.add_argument("--estimator", default=None, choices=["auto", "exact", "mc"], help="per-failure estimator for `rag` (default auto: exact up to 14 steps)")
-    demo.add_argument("--permutations", type=int, default=None, help="`rag`: permutations per failure for Monte Carlo and the noise-sharing measurement (default 64)")
-    demo.add_argument("--skip-noise-sharing", action="store_true", help="`rag`: skip the common-random-numbers variance measurement")
-    demo.add_argument("--no-progress", action="store_true", help="hide progress bars (`rag`, `stopping`)")
-    demo.add_argument("--compile-cache", default=None, metavar="DIR", help="folder of JAX's persistent compilation cache, so a later run loads what this one compiled (default: $BLAMEJAX_COMPILE_CACHE, else $XDG_CACHE_HOME/blamejax/jax, else ~/.cache/blamejax/jax)")
-    demo.add_argument("--no-compile-cache", action="store_true", help="compile everything afresh and keep nothing on disk")
-    whowhen = sub.add_parser("whowhen", help="score who-and-when predictions on labelled runs, beside offline baselines")
-    whowhen.add_argument("path", help="labelled runs: a Who&When .json file or folder, or a .jsonl trace file or folder")
-    whowhen.add_argument("--predictions", default=None, help="JSON file {run id: {\"agent\": str, \"step\": int}} of a method to score")
-    whowhen.add_argument("--substring", action="store_true", help="also show the original benchmark's substring step scoring (inflated; for comparison only)")
-    whowhen.add_argument("--seed", type=_seed, default=0, help="seed of the inferred noise when blamejax blames runs that carry logits (default 0)")
+    demo.add_argument(
+        "--seed",
+        type=_seed,
+        default=0,
+        help="root seed of the recorded noise, in [0, 2**32) (default 0)",
+    )
+    demo.add_argument(
+        "--cases",
+        type=int,
+        default=None,
+        help="number of cases to run (default: refund 20, rag 200, agent8 200, car 200, fit 400, stopping 3000)",
+    )
+    demo.add_argument(
+        "--out",
+        default=None,
+        help="folder for the reports of `rag` and `fit` (default blamejax-out/NAME)",
+    )
+    demo.add_argument(
+        "--noise",
+        default=None,
+        choices=["all", "recorded", "inferred", "fresh"],
+        help="noise mode(s) for `rag` (default all three)",
+    )
+    demo.add_argument(
+        "--worlds",
+        type=int,
+        default=None,
+        help="worlds per failure for inferred and fresh noise in `rag` (default 8)",
+    )
+    demo.add_argument(
+        "--estimator",
+        default=None,
+        choices=["auto", "exact", "mc"],
+        help="per-failure estimator for `rag` (default auto: exact up to 14 steps)",
+    )
+    demo.add_argument(
+        "--permutations",
+        type=int,
+        default=None,
+        help="`rag`: permutations per failure for Monte Carlo and the noise-sharing measurement (default 64)",
+    )
+    demo.add_argument(
+        "--skip-noise-sharing",
+        action="store_true",
+        help="`rag`: skip the common-random-numbers variance measurement",
+    )
+    demo.add_argument(
+        "--no-progress", action="store_true", help="hide progress bars (`rag`, `stopping`)"
+    )
+    demo.add_argument(
+        "--compile-cache",
+        default=None,
+        metavar="DIR",
+        help="folder of JAX's persistent compilation cache, so a later run loads what this one compiled (default: $BLAMEJAX_COMPILE_CACHE, else $XDG_CACHE_HOME/blamejax/jax, else ~/.cache/blamejax/jax)",
+    )
+    demo.add_argument(
+        "--no-compile-cache",
+        action="store_true",
+        help="compile everything afresh and keep nothing on disk",
+    )
+    whowhen = sub.add_parser(
+        "whowhen", help="score who-and-when predictions on labelled runs, beside offline baselines"
+    )
+    whowhen.add_argument(
+        "path",
+        help="labelled runs: a Who&When .json file or folder, or a .jsonl trace file or folder",
+    )
+    whowhen.add_argument(
+        "--predictions",
+        default=None,
+        help='JSON file {run id: {"agent": str, "step": int}} of a method to score',
+    )
+    whowhen.add_argument(
+        "--substring",
+        action="store_true",
+        help="also show the original benchmark's substring step scoring (inflated; for comparison only)",
+    )
+    whowhen.add_argument(
+        "--seed",
+        type=_seed,
+        default=0,
+        help="seed of the inferred noise when blamejax blames runs that carry logits (default 0)",
+    )
     return parser
 
 
@@ -126,7 +232,11 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.command == "demo":
         used = DEMO_FLAGS[args.name]
-        given = [flag for flag in OPTIONAL_FLAGS if getattr(args, flag) is not None and getattr(args, flag) is not False]
+        given = [
+            flag
+            for flag in OPTIONAL_FLAGS
+            if getattr(args, flag) is not None and getattr(args, flag) is not False
+        ]
         unused = [flag for flag in given if flag not in used]
         if unused:
             names = ", ".join("--" + flag.replace("_", "-") for flag in unused)
@@ -142,7 +252,10 @@ def main(argv=None) -> int:
             args.cases = DEFAULT_CASES[args.name]
         if args.cases < 1:
             parser.error(f"--cases must be at least 1 for demo {args.name!r}, got {args.cases:,}")
-        need, available, source = memory_need(args.name, args.cases, args.worlds), *available_memory()
+        need, available, source = (
+            memory_need(args.name, args.cases, args.worlds),
+            *available_memory(),
+        )
         if need > available:
             parser.error(
                 f"--cases {args.cases:,}: demo {args.name!r} would need about {need / 2**30:.1f} GiB "
@@ -168,7 +281,14 @@ def main(argv=None) -> int:
         from .traces import whowhen_report
 
         try:
-            print(whowhen_report(args.path, predictions=args.predictions, substring=args.substring, seed=args.seed))
+            print(
+                whowhen_report(
+                    args.path,
+                    predictions=args.predictions,
+                    substring=args.substring,
+                    seed=args.seed,
+                )
+            )
         except (OSError, ValueError) as error:
             parser.error(str(error))
         return 0

@@ -125,7 +125,9 @@ def enable_compile_cache(path=None) -> str | None:
         try:
             folder = os.fspath(path)
         except TypeError:
-            raise TypeError(f"`path` must be a folder path (str or os.PathLike), got {path!r}") from None
+            raise TypeError(
+                f"`path` must be a folder path (str or os.PathLike), got {path!r}"
+            ) from None
         if not isinstance(folder, str) or not folder:
             raise TypeError(f"`path` must be a non-empty folder path, got {path!r}")
     if os.path.exists(folder) and not os.path.isdir(folder):
@@ -133,7 +135,9 @@ def enable_compile_cache(path=None) -> str | None:
     try:
         os.makedirs(folder, exist_ok=True)
     except OSError as error:
-        raise type(error)(f"`path` {folder!r}: cannot make the folder ({error.strerror or error})") from None
+        raise type(error)(
+            f"`path` {folder!r}: cannot make the folder ({error.strerror or error})"
+        ) from None
     jax.config.update("jax_compilation_cache_dir", folder)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)

@@ -83,4 +83,3 @@ def make_game(
     structure = discover_batch(pipeline, cases)
     players, variants = resolve_players(structure, steps, fixes)
     return Game(pipeline, structure, players, variants, mode, low_high)
-

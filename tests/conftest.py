@@ -43,4 +43,6 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         marker = item.get_closest_marker("x32_only")
         if marker is not None:
-            item.add_marker(pytest.mark.skip(reason="x32_only: " + (marker.args[0] if marker.args else "")))
+            item.add_marker(
+                pytest.mark.skip(reason="x32_only: " + (marker.args[0] if marker.args else ""))
+            )

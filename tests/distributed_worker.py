@@ -16,7 +16,17 @@ import argparse
 import sys
 
 SECTIONS = ("exact", "mc_fixed", "mc_adaptive", "batch_exact", "batch_mc")
-MC_FIELDS = ("values", "lower", "upper", "variance", "empty", "full", "num_samples", "evaluations", "rule")
+MC_FIELDS = (
+    "values",
+    "lower",
+    "upper",
+    "variance",
+    "empty",
+    "full",
+    "num_samples",
+    "evaluations",
+    "rule",
+)
 
 
 def main(argv=None) -> None:
@@ -55,7 +65,16 @@ def main(argv=None) -> None:
     if "exact" in sections:  # 7 failures (padded to whole rows per device), 3 worlds, `given`
         cases = random_chain_cases(jr.key(1), 4, num_cases=7)
         exact = bj.exact_blame(chain_pipeline, cases, bj.fresh_worlds(2, 7, 3), interactions=True)
-        for name in ("shapley", "banzhaf", "fix_alone", "leave_one_out", "interactions", "empty", "full", "last_step"):
+        for name in (
+            "shapley",
+            "banzhaf",
+            "fix_alone",
+            "leave_one_out",
+            "interactions",
+            "empty",
+            "full",
+            "last_step",
+        ):
             out[f"exact.{name}"] = np.asarray(getattr(exact, name))
 
     # Monte Carlo: a fixed budget, and adaptive stopping (every failure stops on its own).
@@ -73,10 +92,25 @@ def main(argv=None) -> None:
     for estimator in ("exact", "mc"):
         if f"batch_{estimator}" in sections:
             batch = bj.blame_batch(
-                chain_pipeline, cases, 7, noise="fresh", num_worlds=2, threshold=0.5,
-                estimator=estimator, num_permutations=8,
+                chain_pipeline,
+                cases,
+                7,
+                noise="fresh",
+                num_worlds=2,
+                threshold=0.5,
+                estimator=estimator,
+                num_permutations=8,
             )
-            for name in ("failure_ids", "shapley", "total", "resolve", "last_step", "mean_shapley", "lower", "upper"):
+            for name in (
+                "failure_ids",
+                "shapley",
+                "total",
+                "resolve",
+                "last_step",
+                "mean_shapley",
+                "lower",
+                "upper",
+            ):
                 out[f"batch_{estimator}.{name}"] = np.asarray(getattr(batch, name))
 
     np.savez(args.out, **out)

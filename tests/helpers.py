@@ -12,7 +12,9 @@ import blamejax as bj
 
 
 # Compiled once per shape: drawn op by op, every new shape compiled a dozen small programs.
-@functools.partial(jax.jit, static_argnames=("num_steps", "num_cases", "num_options", "num_variants", "neg_inf"))
+@functools.partial(
+    jax.jit, static_argnames=("num_steps", "num_cases", "num_options", "num_variants", "neg_inf")
+)
 def random_chain_cases(key, num_steps, num_cases, num_options=4, num_variants=2, neg_inf=0.0):
     """Tables for a chain: step 0 has logits [V, K], step i>0 has [V, K, K] given step i-1.
     `neg_inf` is the probability that a logit entry is -inf (never a whole row)."""

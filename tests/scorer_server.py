@@ -23,21 +23,47 @@ def chat(content="", top=None, prompt_tokens=11, completion_tokens=1):
     if top is not None:
         entries = [{"token": t, "logprob": lp, "bytes": None} for t, lp in top.items()]
         first = next(iter(top)) if top else ""
-        logprobs = {"content": [{"token": first, "logprob": top.get(first, 0.0), "bytes": None, "top_logprobs": entries}]}
+        logprobs = {
+            "content": [
+                {
+                    "token": first,
+                    "logprob": top.get(first, 0.0),
+                    "bytes": None,
+                    "top_logprobs": entries,
+                }
+            ]
+        }
     return {
-        "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "test-model",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-                     "finish_reason": "stop", "logprobs": logprobs}],
-        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                  "total_tokens": prompt_tokens + completion_tokens},
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "test-model",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "finish_reason": "stop",
+                "logprobs": logprobs,
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
     }
 
 
 def message(text, input_tokens=13, output_tokens=7):
     """An Anthropic message."""
     return {
-        "id": "msg_1", "type": "message", "role": "assistant", "model": "test-model",
-        "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": None,
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "test-model",
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
         "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens},
     }
 
@@ -99,12 +125,18 @@ class FakeAPI:
                     reply = api.script.popleft() if api.script else None
                 try:
                     if self.path not in ("/v1/chat/completions", "/v1/messages"):
-                        reply = Reply({"error": {"message": f"no endpoint {self.path}"}}, status=404)
+                        reply = Reply(
+                            {"error": {"message": f"no endpoint {self.path}"}}, status=404
+                        )
                     elif reply is None:
                         reply = api.model(body)
                     if reply.delay:
                         api._stop.wait(reply.delay)
-                    data = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
+                    data = (
+                        reply.body
+                        if isinstance(reply.body, bytes)
+                        else json.dumps(reply.body).encode()
+                    )
                     self.send_response(reply.status)
                     self.send_header("content-type", "application/json")
                     self.send_header("content-length", str(len(data)))
@@ -121,7 +153,9 @@ class FakeAPI:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
         self._thread.start()
 
     def close(self):
@@ -153,7 +187,9 @@ def openai_scorer(api: FakeAPI, **options):
     from blamejax.scorers import OpenAIScorer, Retry
 
     options.setdefault("retry", Retry(attempts=3, backoff=0.0))
-    return OpenAIScorer("test-model", base_url=f"{api.url}/v1", api_key="test", timeout=5.0, **options)
+    return OpenAIScorer(
+        "test-model", base_url=f"{api.url}/v1", api_key="test", timeout=5.0, **options
+    )
 
 
 def anthropic_scorer(api: FakeAPI, **options):

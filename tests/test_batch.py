@@ -1,7 +1,6 @@
 """Batch blame over a test set: agreement with a per-failure loop, noise modes, the
 across-failure stopping rule's coverage, reports and bad input."""
 
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -46,7 +45,9 @@ def test_batch_equals_per_failure_loop():
         for w in range(2):
             case = jax.tree_util.tree_map(lambda x: x[0], one)
             world = bj.World(key=worlds.key[0, w])
-            v = bj.coalitions.coalition_values(chain_pipeline, structure, case, world, range(3), [1] * 3)
+            v = bj.coalitions.coalition_values(
+                chain_pipeline, structure, case, world, range(3), [1] * 3
+            )
             hits.append([float(v[1 << i]) >= 1.0 for i in range(3)])
         resolve.append(np.mean(hits, axis=0))
     shapley, total, resolve = np.array(shapley), np.array(total), np.array(resolve)
@@ -57,7 +58,12 @@ def test_batch_equals_per_failure_loop():
     assert abs(float(result.share_of_repair.sum()) - 1.0) < 1e-5
     # The drill-down: each analysed failure's failed run and fully fixed run, under its own noise.
     recorded = bj.recorded_worlds(3, 24)
-    fixed = bj.replay(chain_pipeline, cases, recorded, plan=bj.coalitions.mask_plan(structure, range(3), [1] * 3, np.ones(3, bool)))
+    fixed = bj.replay(
+        chain_pipeline,
+        cases,
+        recorded,
+        plan=bj.coalitions.mask_plan(structure, range(3), [1] * 3, np.ones(3, bool)),
+    )
     np.testing.assert_array_equal(result.factual_choice, np.asarray(run["choice"][:, 0])[ids])
     np.testing.assert_array_equal(result.fixed_choice, np.asarray(fixed["choice"][:, 0])[ids])
     assert np.any(result.fixed_choice != result.factual_choice)  # the check is not vacuous
@@ -72,7 +78,13 @@ def test_batch_monte_carlo_equals_per_failure_loop():
     cases = _batch_cases()
     num_orders = 8
     result = bj.blame_batch(
-        chain_pipeline, cases, 3, noise="fresh", num_worlds=2, estimator="mc", num_permutations=num_orders
+        chain_pipeline,
+        cases,
+        3,
+        noise="fresh",
+        num_worlds=2,
+        estimator="mc",
+        num_permutations=num_orders,
     )
     assert result.estimator.startswith("mc")
     ids = np.asarray(result.failure_ids)
@@ -82,9 +94,16 @@ def test_batch_monte_carlo_equals_per_failure_loop():
         case = jax.tree_util.tree_map(lambda x: x[f], cases)
         worlds = bj.World(key=bj.fresh_worlds(3, np.array([f]), 2).key[0])
         key = jax.random.fold_in(block_key, i)
-        estimate = bj.estimators.mc_shapley_fixed(chain_pipeline, structure, case, worlds, key, num_orders, range(3), [1] * 3)
+        estimate = bj.estimators.mc_shapley_fixed(
+            chain_pipeline, structure, case, worlds, key, num_orders, range(3), [1] * 3
+        )
         np.testing.assert_allclose(result.shapley[i], estimate.values, atol=1e-6)
-        v = [bj.coalitions.coalition_values(chain_pipeline, structure, case, bj.World(key=k), range(3), [1] * 3) for k in worlds.key]
+        v = [
+            bj.coalitions.coalition_values(
+                chain_pipeline, structure, case, bj.World(key=k), range(3), [1] * 3
+            )
+            for k in worlds.key
+        ]
         hits = [[float(table[1 << j]) >= 1.0 for j in range(3)] for table in v]
         np.testing.assert_allclose(result.resolve[i], np.mean(hits, axis=0), atol=1e-6)
         np.testing.assert_allclose(result.total[i], np.mean([t[-1] - t[0] for t in v]), atol=1e-6)
@@ -134,7 +153,9 @@ def test_stop_early_stops_at_the_first_separated_checkpoint():
     other = early.separated_at["bernstein"]
     assert other is None or other <= stop
     k = bj.stats.checkpoints(4, 1.5, full.num_analysed).index(stop) + 1
-    _, lo, hi, sep = bj.stats.checkpoint_interval(np.asarray(full.shapley[:stop], np.float64), k, "normal", 0.1, 2.0)
+    _, lo, hi, sep = bj.stats.checkpoint_interval(
+        np.asarray(full.shapley[:stop], np.float64), k, "normal", 0.1, 2.0
+    )
     assert sep
     np.testing.assert_allclose(early.lower, lo, atol=1e-6)
     np.testing.assert_allclose(early.upper, hi, atol=1e-6)
@@ -166,8 +187,6 @@ def test_bad_input():
         bj.blame_batch(chain_pipeline, cases, 0, threshold=2.0)
 
 
-
-
 def _guess_pipeline(ctx, case):
     """guess -> check: the run passes exactly when `guess` picks option 0 (the check only
     decorates), so a case's outcome is decided by its guess alone."""
@@ -182,13 +201,22 @@ def test_observed_choices_decide_which_cases_failed():
     # replays its log, and the drill-down's empty coalition shows the observed path.
     num = 24
     rng = np.random.default_rng(3)
-    cases = dict(guess=jnp.asarray(rng.normal(scale=0.1, size=(num, 2, 2)), jnp.float32),
-                 check=jnp.asarray(rng.normal(size=(num, 2, 2, 2)), jnp.float32))
+    cases = dict(
+        guess=jnp.asarray(rng.normal(scale=0.1, size=(num, 2, 2)), jnp.float32),
+        check=jnp.asarray(rng.normal(size=(num, 2, 2, 2)), jnp.float32),
+    )
     observed = np.stack([np.arange(num) % 3 == 0, rng.integers(0, 2, num)], axis=1).astype(np.int32)
     replay = bj.blame_batch(_guess_pipeline, cases, 0, noise="inferred", num_worlds=2)
     assert set(replay.failure_ids.tolist()) != set(np.flatnonzero(observed[:, 0]).tolist())
-    result = bj.blame_batch(_guess_pipeline, cases, 0, noise="inferred", num_worlds=2, observed=observed,
-                            keep_coalitions=True)
+    result = bj.blame_batch(
+        _guess_pipeline,
+        cases,
+        0,
+        noise="inferred",
+        num_worlds=2,
+        observed=observed,
+        keep_coalitions=True,
+    )
     ids = np.asarray(result.failure_ids)
     assert sorted(ids.tolist()) == np.flatnonzero(observed[:, 0]).tolist()
     assert result.num_failures == int(observed[:, 0].sum())

@@ -31,7 +31,9 @@ def slow_pipeline(ctx, case):
     a = ctx.choose("plan", case["tables"][0])
     b = ctx.choose("search", case["tables"][1], given=a)
     c = ctx.choose("answer", case["tables"][2], given=b)
-    h = jax.lax.fori_loop(0, DEPTH, lambda _, h: jnp.tanh(case["weights"] @ h), c.take(case["embed"]))
+    h = jax.lax.fori_loop(
+        0, DEPTH, lambda _, h: jnp.tanh(case["weights"] @ h), c.take(case["embed"])
+    )
     return c.take(case["good"]) * jax.nn.sigmoid(4.0 * h[0] + 2.0)
 
 
@@ -47,7 +49,9 @@ def slow_cases(num_cases=96, dim=128):
     embed = rng.standard_normal((num_cases, k, dim))
     good = (rng.uniform(size=(num_cases, k)) > 0.5).astype(np.float32)
     cast = lambda x: x.astype(np.float32)  # noqa: E731
-    return dict(tables=[cast(x) for x in tables], weights=cast(weights), embed=cast(embed), good=good)
+    return dict(
+        tables=[cast(x) for x in tables], weights=cast(weights), embed=cast(embed), good=good
+    )
 
 
 def slow_batch(path=None, **kwargs):
@@ -138,7 +142,10 @@ def test_checkpointed_run_equals_the_plain_run(reference):
 def test_ctrl_c_keeps_the_last_block_and_resumes_bit_identically(tmp_path, monkeypatch, reference):
     path = str(tmp_path / "run.json")
     writes = count_writes(monkeypatch, after=2)
-    with pytest.raises(KeyboardInterrupt, match=r"after 12 of \d+ failures, saved in .*run\.json: run the same call again"):
+    with pytest.raises(
+        KeyboardInterrupt,
+        match=r"after 12 of \d+ failures, saved in .*run\.json: run the same call again",
+    ):
         slow_batch(path)
     assert len(writes) == 2 and read_progress(path)["start"] == 12
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
@@ -154,8 +161,16 @@ def test_ctrl_c_keeps_the_last_block_and_resumes_bit_identically(tmp_path, monke
 @pytest.mark.parametrize("estimator", ["exact", pytest.param("mc", marks=pytest.mark.slow)])
 def test_resume_with_stop_early_and_monte_carlo(tmp_path, monkeypatch, estimator):
     cases = bj.demos.agent8_cases(300)
-    kwargs = dict(interval="normal", first_checkpoint=4, stop_early=True, estimator=estimator, num_permutations=8)
-    whole = bj.blame_batch(bj.demos.agent8_pipeline, cases, 0, checkpoint=str(tmp_path / "whole.json"), **kwargs)
+    kwargs = dict(
+        interval="normal",
+        first_checkpoint=4,
+        stop_early=True,
+        estimator=estimator,
+        num_permutations=8,
+    )
+    whole = bj.blame_batch(
+        bj.demos.agent8_pipeline, cases, 0, checkpoint=str(tmp_path / "whole.json"), **kwargs
+    )
     path = str(tmp_path / "part.json")
     count_writes(monkeypatch, after=1)
     with pytest.raises(KeyboardInterrupt, match="after 32 of"):
@@ -170,7 +185,11 @@ def test_resume_with_stop_early_and_monte_carlo(tmp_path, monkeypatch, estimator
 def _child(path):
     env = dict(os.environ, PYTHONFAULTHANDLER="1")
     return subprocess.Popen(
-        [sys.executable, "-c", CHILD, path], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        [sys.executable, "-c", CHILD, path],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
 
 
@@ -180,7 +199,9 @@ def _wait_for(predicate, process, timeout):
         if process.poll() is not None or time.monotonic() > deadline:
             process.kill()
             out, err = process.communicate(timeout=30)
-            raise AssertionError(f"the child ended or timed out first (rc {process.returncode}):\n{out}\n{err[-3000:]}")
+            raise AssertionError(
+                f"the child ended or timed out first (rc {process.returncode}):\n{out}\n{err[-3000:]}"
+            )
         time.sleep(0.005)
 
 
@@ -206,7 +227,12 @@ def test_resume_after_sigkill_in_a_subprocess(tmp_path, monkeypatch, reference):
 
 
 @pytest.mark.parametrize(
-    "moment", ["while compiling", "during the blocks", pytest.param("twice during the blocks", marks=pytest.mark.slow)]
+    "moment",
+    [
+        "while compiling",
+        "during the blocks",
+        pytest.param("twice during the blocks", marks=pytest.mark.slow),
+    ],
 )
 def test_ctrl_c_in_a_subprocess_never_crashes(tmp_path, reference, moment):
     """SIGINT while the child compiles its first calls, or while it analyses blocks (once,
@@ -241,7 +267,9 @@ def test_ctrl_c_in_a_subprocess_never_crashes(tmp_path, reference, moment):
 
 def _small(path, **kwargs):
     cases = bj.demos.refund_cases(40)
-    return bj.blame_batch(bj.demos.refund_pipeline, cases, 0, checkpoint=path, **({"block_size": 4} | kwargs))
+    return bj.blame_batch(
+        bj.demos.refund_pipeline, cases, 0, checkpoint=path, **({"block_size": 4} | kwargs)
+    )
 
 
 def other_pipeline(ctx, case):
@@ -251,14 +279,23 @@ def other_pipeline(ctx, case):
 @pytest.mark.parametrize(
     "change, named",
     [
-        (dict(num_worlds=4, noise="fresh"), "`noise` differs (file: recorded, this call: fresh); `num_worlds` differs (file: 8, this call: 4)"),
+        (
+            dict(num_worlds=4, noise="fresh"),
+            "`noise` differs (file: recorded, this call: fresh); `num_worlds` differs (file: 8, this call: 4)",
+        ),
         (dict(key=1), "`key` differs"),
         (dict(delta=0.05), "`delta` differs (file: 0.1, this call: 0.05)"),
         (dict(block_size=5), "`block_size` differs (file: 4, this call: 5)"),
         (dict(steps=["writer", "reviewer"]), "`steps` differs"),
-        (dict(pipeline=other_pipeline), "`pipeline` differs (file: blamejax.demos._refund.refund_pipeline, this call: test_checkpoint.other_pipeline)"),
+        (
+            dict(pipeline=other_pipeline),
+            "`pipeline` differs (file: blamejax.demos._refund.refund_pipeline, this call: test_checkpoint.other_pipeline)",
+        ),
         (dict(cases="values"), "`cases` differ (leaf ['reply_right'] holds other values)"),
-        (dict(cases="shape"), "`cases` differ (leaf ['planner'] has shape [40, 2, 2] in the file, [39, 2, 2] in this call)"),
+        (
+            dict(cases="shape"),
+            "`cases` differ (leaf ['planner'] has shape [40, 2, 2] in the file, [39, 2, 2] in this call)",
+        ),
     ],
 )
 def test_a_checkpoint_of_other_arguments_is_refused(tmp_path, change, named):
@@ -272,8 +309,13 @@ def test_a_checkpoint_of_other_arguments_is_refused(tmp_path, change, named):
         cases = dict(cases, reply_right=np.asarray(cases["reply_right"]) * 0.5)
     elif kind == "shape":
         cases = jax.tree_util.tree_map(lambda x: x[:39], cases)
-    with pytest.raises(bj.estimators.CheckpointError, match="other.json' was written by a call with other arguments") as error:
-        bj.blame_batch(pipeline, cases, change.pop("key", 0), checkpoint=path, **({"block_size": 4} | change))
+    with pytest.raises(
+        bj.estimators.CheckpointError,
+        match="other.json' was written by a call with other arguments",
+    ) as error:
+        bj.blame_batch(
+            pipeline, cases, change.pop("key", 0), checkpoint=path, **({"block_size": 4} | change)
+        )
     assert named in str(error.value) and "Pass the same arguments to resume" in str(error.value)
     assert _text(path) == before  # left as it was
 
@@ -290,7 +332,10 @@ def test_a_pipeline_whose_code_changed_is_refused(tmp_path):
 
     bj.blame_batch(make(1.0), cases, 0, checkpoint=path)
     bj.blame_batch(make(1.0), cases, 0, checkpoint=path)  # the same code and closure: resumes
-    with pytest.raises(ValueError, match=r"`pipeline` test_checkpoint\..*scored differs \(its code or the values it closes over"):
+    with pytest.raises(
+        ValueError,
+        match=r"`pipeline` test_checkpoint\..*scored differs \(its code or the values it closes over",
+    ):
         bj.blame_batch(make(0.5), cases, 0, checkpoint=path)
 
 
@@ -308,9 +353,18 @@ def _rewrite(path, edit):
     [
         (lambda text: text[: len(text) // 2], r"is truncated or corrupt \(not valid JSON"),
         (lambda text: "", r"is truncated or corrupt \(not valid JSON"),
-        (lambda text: re.sub(r'"start": (\d+)', lambda m: f'"start": {int(m[1]) - 4}', text), r"is corrupt \(its checksum does not match"),
-        (lambda text: text.replace('"base64": "', '"base64": "AAAA', 1), r"is corrupt \(its checksum does not match"),
-        (lambda text: text.replace('"format": 1', '"format": 2'), r"has format 2, newer than this blamejax reads \(format 1\)"),
+        (
+            lambda text: re.sub(r'"start": (\d+)', lambda m: f'"start": {int(m[1]) - 4}', text),
+            r"is corrupt \(its checksum does not match",
+        ),
+        (
+            lambda text: text.replace('"base64": "', '"base64": "AAAA', 1),
+            r"is corrupt \(its checksum does not match",
+        ),
+        (
+            lambda text: text.replace('"format": 1', '"format": 2'),
+            r"has format 2, newer than this blamejax reads \(format 1\)",
+        ),
         (lambda text: json.dumps({"type": "BatchResult"}), r"is not a blamejax checkpoint"),
     ],
 )
@@ -318,7 +372,9 @@ def test_a_truncated_corrupt_or_newer_file_is_refused(tmp_path, edit, message):
     path = str(tmp_path / "bad.json")
     _small(path)
     _rewrite(path, edit)
-    with pytest.raises(bj.estimators.CheckpointError, match=r"`checkpoint` file '.*bad\.json' " + message):
+    with pytest.raises(
+        bj.estimators.CheckpointError, match=r"`checkpoint` file '.*bad\.json' " + message
+    ):
         _small(path)
 
 
@@ -332,16 +388,30 @@ def test_a_checksummed_but_inconsistent_file_is_refused(tmp_path):
     document["sha256"] = bj.estimators._checkpoint._checksum(document)
     with open(path, "w", encoding="utf-8") as f:
         json.dump(document, f)
-    with pytest.raises(bj.estimators.CheckpointError, match=r"odd\.json' is corrupt \(its progress does not fit"):
+    with pytest.raises(
+        bj.estimators.CheckpointError, match=r"odd\.json' is corrupt \(its progress does not fit"
+    ):
         _small(path)
 
 
 @pytest.mark.parametrize(
     "kwargs, error, message",
     [
-        (dict(checkpoint=3), TypeError, "`checkpoint` must be a file path (str or os.PathLike), got 3"),
-        (dict(checkpoint="/no/such/folder/x.json"), ValueError, "`checkpoint`'s folder '/no/such/folder' does not exist"),
-        (dict(block_size=0), ValueError, "`block_size` must be a positive int (failures per block) or None, got 0"),
+        (
+            dict(checkpoint=3),
+            TypeError,
+            "`checkpoint` must be a file path (str or os.PathLike), got 3",
+        ),
+        (
+            dict(checkpoint="/no/such/folder/x.json"),
+            ValueError,
+            "`checkpoint`'s folder '/no/such/folder' does not exist",
+        ),
+        (
+            dict(block_size=0),
+            ValueError,
+            "`block_size` must be a positive int (failures per block) or None, got 0",
+        ),
         (dict(progress="yes"), TypeError, "`progress` must be a bool, got 'yes'"),
     ],
 )

@@ -26,7 +26,9 @@ def test_vmapped_cube_equals_mask_loop(getkey):
     structure = bj.discover(chain_pipeline, case)
     world = bj.World(key=getkey())
     cube = bj.coalitions.coalition_values(chain_pipeline, structure, case, world, range(n), [1] * n)
-    by_mask = bj.coalitions.mask_values(chain_pipeline, structure, case, world, range(n), [1] * n, jnp.asarray(masks(n)))
+    by_mask = bj.coalitions.mask_values(
+        chain_pipeline, structure, case, world, range(n), [1] * n, jnp.asarray(masks(n))
+    )
     np.testing.assert_array_equal(cube, by_mask)
     assert not np.isnan(np.asarray(cube)).any()
 
@@ -38,7 +40,9 @@ def test_jit_equals_eager(getkey):
     world = bj.World(key=getkey())
 
     def f(c, w):
-        return bj.attribute(bj.coalitions.coalition_values(chain_pipeline, structure, c, w, range(n), [1] * n)).shapley
+        return bj.attribute(
+            bj.coalitions.coalition_values(chain_pipeline, structure, c, w, range(n), [1] * n)
+        ).shapley
 
     np.testing.assert_allclose(f(case, world), jax.jit(f)(case, world), atol=1e-6)
 
@@ -48,7 +52,9 @@ def test_prefix_sharing_cost(n):
     """A chain's table costs 2^(n+1) - 2 step evaluations, not n * 2^n."""
     case = first(random_chain_cases(jr.key(0), n, num_cases=1))
     structure = bj.discover(chain_pipeline, case)
-    count = bj.coalitions.count_step_evaluations(chain_pipeline, structure, case, bj.World(key=jr.key(1)))
+    count = bj.coalitions.count_step_evaluations(
+        chain_pipeline, structure, case, bj.World(key=jr.key(1))
+    )
     assert count == 2 ** (n + 1) - 2
     if n >= 3:
         assert count < n * 2**n
@@ -58,7 +64,10 @@ def test_prefix_sharing_cost_dag():
     """In the DAG, s1 and s2 each see 2 bits (4 runs), s3 sees all 4 bits (16 runs)."""
     case = first(random_dag_cases(jr.key(0), 1))
     structure = bj.discover(dag_pipeline, case)
-    assert bj.coalitions.count_step_evaluations(dag_pipeline, structure, case, bj.World(key=jr.key(1))) == 2 + 4 + 4 + 16
+    assert (
+        bj.coalitions.count_step_evaluations(dag_pipeline, structure, case, bj.World(key=jr.key(1)))
+        == 2 + 4 + 4 + 16
+    )
 
 
 def test_relaxed_gradients_finite_nonzero(getkey):
@@ -69,7 +78,9 @@ def test_relaxed_gradients_finite_nonzero(getkey):
 
     def blame_of_last(tables):
         c = dict(case, tables=tables)
-        v = bj.coalitions.coalition_values(chain_pipeline, structure, c, world, range(n), [1] * n, bj.Relaxed(0.5))
+        v = bj.coalitions.coalition_values(
+            chain_pipeline, structure, c, world, range(n), [1] * n, bj.Relaxed(0.5)
+        )
         return bj.attribute(v, interactions=False).shapley[-1]
 
     grads = jax.jit(jax.grad(blame_of_last))(case["tables"])
@@ -84,5 +95,7 @@ def test_relaxed_approaches_hard(getkey):
     structure = bj.discover(chain_pipeline, case)
     world = bj.World(key=getkey())
     hard = bj.coalitions.coalition_values(chain_pipeline, structure, case, world, range(n), [1] * n)
-    soft = bj.coalitions.coalition_values(chain_pipeline, structure, case, world, range(n), [1] * n, bj.Relaxed(1e-3))
+    soft = bj.coalitions.coalition_values(
+        chain_pipeline, structure, case, world, range(n), [1] * n, bj.Relaxed(1e-3)
+    )
     np.testing.assert_allclose(soft, hard, atol=1e-3)

@@ -1,5 +1,4 @@
-"""The one compile cache: bounded, emptied by `bj.clear_caches()`, and the way recompiles are guarded.
-"""
+"""The one compile cache: bounded, emptied by `bj.clear_caches()`, and the way recompiles are guarded."""
 
 import jax
 from helpers import (
@@ -132,7 +131,12 @@ def test_first_blame_batch_compiles_three_programs():
 
     env = dict(os.environ, BLAMEJAX_COMPILE_CACHE="off")
     done = subprocess.run(
-        [sys.executable, "-c", FIRST_CALL], capture_output=True, text=True, timeout=300, env=env, check=False
+        [sys.executable, "-c", FIRST_CALL],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["jit(chunk)", "jit(front)", "jit(select)"], done.stdout

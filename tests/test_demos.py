@@ -10,7 +10,6 @@
 - The `demo` commands of `python -m blamejax` (refund, fit, car).
 """
 
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -32,7 +31,9 @@ from blamejax.demos._rag import FIX_SHIFTS
 # -- the refund demo ----------------------------------------------------------------------
 def _failures(mechanism, num_cases=40, seed=0):
     cases = bj.demos.refund_cases(num_cases, mechanism)
-    scores = bj.replay(bj.demos.refund_pipeline, cases, bj.recorded_worlds(seed, num_cases))["score"]
+    scores = bj.replay(bj.demos.refund_pipeline, cases, bj.recorded_worlds(seed, num_cases))[
+        "score"
+    ]
     failed = np.flatnonzero(np.asarray(scores[:, 0]) < 1)
     assert 0 < len(failed) < num_cases  # the demo is stochastic: some pass, some fail
     cases_f = jax.tree_util.tree_map(lambda x: x[failed], cases)
@@ -241,13 +242,17 @@ def test_row_constraint_keeps_every_row_within_the_hand_written_row():
     rows = np.linalg.norm(np.asarray(fit.fitted_shift), axis=-1)
     hand = np.linalg.norm(FIX_SHIFTS["answer"], axis=-1)
     assert np.all(rows <= hand * (1 + 1e-5) + 1e-6), (rows, hand)
-    np.testing.assert_array_equal(np.asarray(fit.fitted_shift)[2], 0.0)  # the hand-written row is zero
+    np.testing.assert_array_equal(
+        np.asarray(fit.fitted_shift)[2], 0.0
+    )  # the hand-written row is zero
 
 
 def test_project_shift():
     hand = jnp.array([[3.0, 4.0], [0.0, 0.0]])  # row norms 5 and 0, total 5
     shift = jnp.array([[6.0, 8.0], [1.0, 0.0]])
-    np.testing.assert_allclose(project_shift(shift, hand, "rows"), [[3.0, 4.0], [0.0, 0.0]], rtol=1e-6)
+    np.testing.assert_allclose(
+        project_shift(shift, hand, "rows"), [[3.0, 4.0], [0.0, 0.0]], rtol=1e-6
+    )
     ball = project_shift(shift, hand, "ball")
     np.testing.assert_allclose(float(jnp.linalg.norm(ball)), 5.0, rtol=1e-6)
     np.testing.assert_allclose(ball, shift * (5.0 / float(jnp.linalg.norm(shift))), rtol=1e-6)

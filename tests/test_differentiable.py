@@ -30,16 +30,28 @@ def test_gradients_match_finite_differences_float64(which):
         case, world = first(cases), _row(worlds, 0)
 
         if which == "shapley":
+
             def f(tables):
-                return bj.shapley_values(chain_pipeline, dict(case, tables=tables), world, mode=mode).shapley
+                return bj.shapley_values(
+                    chain_pipeline, dict(case, tables=tables), world, mode=mode
+                ).shapley
+
             args = (case["tables"],)
         elif which == "total":
+
             def f(tables):
-                return bj.differentiable.total_repair(chain_pipeline, dict(case, tables=tables), world, mode=mode)
+                return bj.differentiable.total_repair(
+                    chain_pipeline, dict(case, tables=tables), world, mode=mode
+                )
+
             args = (case["tables"],)
         else:
+
             def f(tables):
-                return bj.differentiable.batch_mean_shapley(chain_pipeline, dict(cases, tables=tables), worlds, mode=mode)
+                return bj.differentiable.batch_mean_shapley(
+                    chain_pipeline, dict(cases, tables=tables), worlds, mode=mode
+                )
+
             args = (cases["tables"],)
         f = jax.jit(f)  # compiled once: eager dispatch of every perturbed call was most of the time
         out = f(*args)
@@ -54,7 +66,9 @@ def test_gradient_jit_equals_eager_and_vmap_equals_loop():
     mode = bj.Relaxed(tau=0.5)
 
     def blame(tables, case, world):
-        return bj.shapley_values(chain_pipeline, dict(case, tables=tables), world, mode=mode).shapley[-1]
+        return bj.shapley_values(
+            chain_pipeline, dict(case, tables=tables), world, mode=mode
+        ).shapley[-1]
 
     grad = jax.grad(blame)
     case, world = first(cases), _row(worlds, 0)
@@ -96,7 +110,9 @@ def test_relaxed_converges_to_hard_as_tau_decreases():
     """On the agent-size random chain, the largest gap to the hard values shrinks with tau
     (monotone up to 1e-3) and is below 1e-2 at tau = 0.01."""
     cases, worlds = _setup(seed=4, n=4, num_cases=4, num_worlds=4)
-    blame = jax.jit(lambda mode: bj.differentiable.batch_mean_shapley(chain_pipeline, cases, worlds, mode=mode))
+    blame = jax.jit(
+        lambda mode: bj.differentiable.batch_mean_shapley(chain_pipeline, cases, worlds, mode=mode)
+    )
     hard = blame(bj.Hard())
     gaps = []
     for tau in (1.0, 0.3, 0.1, 0.03, 0.01):  # tau is an array leaf of the mode: one compile
@@ -110,7 +126,11 @@ def test_hard_mode_gradient_raises():
     cases, worlds = _setup()
     case, world = first(cases), _row(worlds, 0)
     with pytest.raises(ValueError, match="argmax has zero gradient almost everywhere.*Relaxed"):
-        jax.grad(lambda t: bj.shapley_values(chain_pipeline, dict(case, tables=t), world, mode=bj.Hard()).shapley[0])(case["tables"])
+        jax.grad(
+            lambda t: bj.shapley_values(
+                chain_pipeline, dict(case, tables=t), world, mode=bj.Hard()
+            ).shapley[0]
+        )(case["tables"])
 
 
 @pytest.mark.x32_only("a seeded fit: its improvement was checked for the float32 noise draws")
@@ -129,7 +149,12 @@ def test_fit_improves_objective_and_holds_in_hard_mode():
         per = jax.vmap(lambda c, w: bj.shapley_values(chain_pipeline, c, w, mode=mode).full)
         return per(with_shift(shift), worlds).mean()
 
-    fit = bj.fit_fixes(lambda s: -full_score(s, bj.Relaxed(0.3)) + 0.01 * jnp.sum(s**2), jnp.zeros((3, 3)), optax.adam(0.1), 150)
+    fit = bj.fit_fixes(
+        lambda s: -full_score(s, bj.Relaxed(0.3)) + 0.01 * jnp.sum(s**2),
+        jnp.zeros((3, 3)),
+        optax.adam(0.1),
+        150,
+    )
     # Seeded and deterministic in float32 (under JAX_ENABLE_X64 the Gumbels, hence the
     # instance, differ; CI runs this test in float32 only): the relaxed objective drops by about 0.05 (from -0.469 to
     # -0.518) and the hard fully-fixed score rises from 0.44 to 0.61; the margins below are

@@ -35,6 +35,7 @@ WORKER = pathlib.Path(__file__).with_name("distributed_worker.py")
 TIMEOUT = 900  # seconds for a whole launch (the machine may be shared)
 ADAPTIVE_FLOATS = ("values", "lower", "upper", "variance")
 
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -44,7 +45,11 @@ def _free_port() -> int:
 def _launch(folder: pathlib.Path, name: str, num_processes: int, devices: int, sections=None):
     """Run the worker in `num_processes` processes of `devices` CPU devices each; return the
     output file of every process."""
-    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu")
+    env = dict(
+        os.environ,
+        XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+        JAX_PLATFORMS="cpu",
+    )
     port = _free_port()
     outs = [folder / f"{name}-{i}.npz" for i in range(num_processes)]
     logs = [open(folder / f"{name}-{i}.log", "w") for i in range(num_processes)]
@@ -55,7 +60,14 @@ def _launch(folder: pathlib.Path, name: str, num_processes: int, devices: int, s
             if sections:
                 cmd += ["--sections", sections]
             if num_processes > 1:
-                cmd += ["--coordinator", f"127.0.0.1:{port}", "--num-processes", str(num_processes), "--process-id", str(i)]
+                cmd += [
+                    "--coordinator",
+                    f"127.0.0.1:{port}",
+                    "--num-processes",
+                    str(num_processes),
+                    "--process-id",
+                    str(i),
+                ]
             procs.append(subprocess.Popen(cmd, env=env, stdout=logs[i], stderr=subprocess.STDOUT))
         for p in procs:
             p.wait(timeout=TIMEOUT)
@@ -106,7 +118,13 @@ def test_every_process_holds_the_whole_answer(runs):
 def test_two_processes_equal_one_process_bit_for_bit(runs):
     two, one = _results(runs[0][0]), _results(runs[1])
     assert two.keys() == one.keys()
-    assert {name.split(".")[0] for name in one} == {"exact", "mc_fixed", "mc_adaptive", "batch_exact", "batch_mc"}
+    assert {name.split(".")[0] for name in one} == {
+        "exact",
+        "mc_fixed",
+        "mc_adaptive",
+        "batch_exact",
+        "batch_mc",
+    }
     assert one["exact.interactions"].shape == (7, 4, 4) and np.abs(one["exact.shapley"]).max() > 0
     assert one["batch_mc.failure_ids"].size > 4  # several failures, padded over four devices
     for name in one:
@@ -150,7 +168,10 @@ def test_slot_layout_gives_each_device_an_even_share(num_active, num_devices):
     assert np.array_equal(index[positions], part)
     assert len(set(positions.tolist())) == num_active
     assert set(index.tolist()) <= set(part.tolist())
-    shares = [int(np.sum((positions >= d * per_device) & (positions < (d + 1) * per_device))) for d in range(num_devices)]
+    shares = [
+        int(np.sum((positions >= d * per_device) & (positions < (d + 1) * per_device)))
+        for d in range(num_devices)
+    ]
     assert sum(shares) == num_active and max(shares) - min(shares) <= 1
     for d, share in enumerate(shares):
         mine = positions[(positions >= d * per_device) & (positions < (d + 1) * per_device)]

@@ -27,6 +27,7 @@ OUTPUT = re.compile(r"^```text\n(.*?)^```", re.DOTALL | re.MULTILINE)
 SKIP = re.compile(r"^\s*# doctest: skip\b *\(?([^)\n]*)", re.MULTILINE)
 SLOW = re.compile(r"^\s*# doctest: slow\b", re.MULTILINE)
 
+
 def _blocks(doc: str | None) -> list[str]:
     return BLOCK.findall(inspect.cleandoc(doc)) if isinstance(doc, str) else []
 
@@ -36,9 +37,7 @@ def _public_objects():
     and the public methods of exported classes. An object exported twice keeps its first name:
     subpackage names come before the front door's re-exports."""
     subpackages = sorted(  # dir(), not vars(): the applications load on first use
-        name
-        for name in dir(bj)
-        if inspect.ismodule(getattr(bj, name)) and not name.startswith("_")
+        name for name in dir(bj) if inspect.ismodule(getattr(bj, name)) and not name.startswith("_")
     )
     modules = [(f"blamejax.{sub}", getattr(bj, sub)) for sub in subpackages] + [("blamejax", bj)]
     names = [

@@ -54,8 +54,12 @@ def _source_module(module, name: str) -> str:
     """The module a namespace's `from .x import NAME as NAME` takes NAME from (itself if none)."""
     tree = ast.parse(pathlib.Path(module.__file__).read_text())
     for node in tree.body:
-        if isinstance(node, ast.ImportFrom) and any((a.asname or a.name) == name for a in node.names):
-            return importlib.util.resolve_name("." * node.level + (node.module or ""), module.__name__)
+        if isinstance(node, ast.ImportFrom) and any(
+            (a.asname or a.name) == name for a in node.names
+        ):
+            return importlib.util.resolve_name(
+                "." * node.level + (node.module or ""), module.__name__
+            )
     return module.__name__
 
 
@@ -82,12 +86,20 @@ def _undocumented(namespace: str) -> list[str]:
                 missing.append(f"{prefix}.{name}")
             for attr, member in vars(value).items():
                 function = getattr(member, "__func__", getattr(member, "fget", member))
-                if not attr.startswith("_") and inspect.isfunction(function) and not _has_text(function.__doc__):
+                if (
+                    not attr.startswith("_")
+                    and inspect.isfunction(function)
+                    and not _has_text(function.__doc__)
+                ):
                     missing.append(f"{prefix}.{name}.{attr}")
         elif inspect.isfunction(value) or inspect.isbuiltin(value):
             if not _has_text(value.__doc__):
                 missing.append(f"{prefix}.{name}")
-        elif callable(value) and _has_text(getattr(value, "__doc__", None)) and value.__doc__ != type(value).__doc__:
+        elif (
+            callable(value)
+            and _has_text(getattr(value, "__doc__", None))
+            and value.__doc__ != type(value).__doc__
+        ):
             continue  # a callable object with a docstring of its own (a wrapped function)
         elif callable(value) and not isinstance(value, (int, float, str, tuple, dict, frozenset)):
             missing.append(f"{prefix}.{name}")
@@ -106,13 +118,19 @@ def test_every_namespace_has_its_page(namespace):
     target = "blamejax" if namespace == "blamejax" else f"blamejax.{namespace}"
     page = ROOT / "docs" / "api" / f"{namespace}.md"
     assert page.exists(), f"no API page {page.relative_to(ROOT)} for {target}"
-    assert f"::: {target}\n" in page.read_text(), f"{page.relative_to(ROOT)} does not render ::: {target}"
-    assert f"api/{namespace}.md" in (ROOT / "mkdocs.yml").read_text(), f"mkdocs.yml's nav lacks api/{namespace}.md"
+    assert f"::: {target}\n" in page.read_text(), (
+        f"{page.relative_to(ROOT)} does not render ::: {target}"
+    )
+    assert f"api/{namespace}.md" in (ROOT / "mkdocs.yml").read_text(), (
+        f"mkdocs.yml's nav lacks api/{namespace}.md"
+    )
 
 
 def test_the_check_sees_what_it_should():
     """A guard against a check that passes by seeing nothing."""
     assert {"stats", "traces", "scm", "scorers", "demos", "pipeline"} <= set(NAMESPACES)
-    assert _constant_doc(bj.stats, "RULES") is None or isinstance(_constant_doc(bj.stats, "RULES"), str)
+    assert _constant_doc(bj.stats, "RULES") is None or isinstance(
+        _constant_doc(bj.stats, "RULES"), str
+    )
     assert _source_module(bj.stats, "RULES") == "blamejax.stats._anytime"
     assert _class_doc(bj.pipeline.Plan) and _class_doc(type("Bare", (), {})) is None

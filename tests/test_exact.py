@@ -24,7 +24,11 @@ def loop_values(pipeline, cases, worlds, n):
     """v[f, w, m] by a plain Python loop over failures, worlds and masks (no vmap)."""
     structure = bj.discover(pipeline, first(cases))
     num_f, num_w = worlds.key.shape
-    score = jax.jit(lambda c, w, m: bj.pipeline.run_score(pipeline, structure, c, w, bj.coalitions.mask_plan(structure, range(n), [1] * n, m)))
+    score = jax.jit(
+        lambda c, w, m: bj.pipeline.run_score(
+            pipeline, structure, c, w, bj.coalitions.mask_plan(structure, range(n), [1] * n, m)
+        )
+    )
     out = np.zeros((num_f, num_w, 1 << n))
     for f in range(num_f):
         for w in range(num_w):
@@ -92,7 +96,9 @@ def test_bucket_sizes():
 def test_error_unknown_step_and_fix(getkey):
     cases = random_chain_cases(getkey(), 3, num_cases=2)
     worlds = bj.recorded_worlds(0, 2)
-    with pytest.raises(ValueError, match=r"unknown step 'planner'; this pipeline's steps are \['s0', 's1', 's2'\]"):
+    with pytest.raises(
+        ValueError, match=r"unknown step 'planner'; this pipeline's steps are \['s0', 's1', 's2'\]"
+    ):
         bj.exact_blame(chain_pipeline, cases, worlds, steps=["s0", "planner"])
     with pytest.raises(ValueError, match=r"`fixes\['s1'\]` must be a variant in \[1, 2\), got 2"):
         bj.exact_blame(chain_pipeline, cases, worlds, fixes={"s1": 2})
@@ -106,10 +112,18 @@ def test_error_step_without_fix(getkey):
 
 def test_error_too_many_steps(getkey):
     cases = random_chain_cases(getkey(), 5, num_cases=1)
-    with pytest.raises(ValueError, match=r"n = 5 steps needs 2\^5 coalitions.*above `max_steps` = 4.*blamejax.mc_shapley"):
-        bj.exact_blame(chain_pipeline, cases, bj.recorded_worlds(0, 1), max_steps=4, method="enumerate")
+    with pytest.raises(
+        ValueError,
+        match=r"n = 5 steps needs 2\^5 coalitions.*above `max_steps` = 4.*blamejax.mc_shapley",
+    ):
+        bj.exact_blame(
+            chain_pipeline, cases, bj.recorded_worlds(0, 1), max_steps=4, method="enumerate"
+        )
     # max_steps bounds enumeration only: a tabulated chain takes the structured path past it.
-    assert bj.exact_blame(chain_pipeline, cases, bj.recorded_worlds(0, 1), max_steps=4).method == "structured"
+    assert (
+        bj.exact_blame(chain_pipeline, cases, bj.recorded_worlds(0, 1), max_steps=4).method
+        == "structured"
+    )
 
 
 def test_error_zero_failures_and_worlds(getkey):
@@ -121,7 +135,9 @@ def test_error_zero_failures_and_worlds(getkey):
     no_worlds = bj.World(key=worlds.key[:, :0])
     with pytest.raises(ValueError, match="W = 0 worlds"):
         bj.exact_blame(chain_pipeline, cases, no_worlds)
-    with pytest.raises(ValueError, match=r"`worlds.key` must have shape \[F, W\] = \[2, W\], got \(3, 3\)"):
+    with pytest.raises(
+        ValueError, match=r"`worlds.key` must have shape \[F, W\] = \[2, W\], got \(3, 3\)"
+    ):
         bj.exact_blame(chain_pipeline, cases, bj.fresh_worlds(0, 3, 3))
 
 
@@ -156,16 +172,24 @@ def test_failures_sharded_over_devices_equal_one_device():
     import subprocess
     import sys
 
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    env = dict(
+        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu"
+    )
     out = subprocess.run(
-        [sys.executable, "-c", _SHARDED_SCRIPT], env=env, capture_output=True, text=True, timeout=600
+        [sys.executable, "-c", _SHARDED_SCRIPT],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
 
 
 def test_bad_devices_argument():
     cases = bj.demos.refund_cases(num_cases=2)
-    with pytest.raises(TypeError, match="`devices` must be a jax device or a non-empty sequence of them"):
+    with pytest.raises(
+        TypeError, match="`devices` must be a jax device or a non-empty sequence of them"
+    ):
         bj.exact_blame(bj.demos.refund_pipeline, cases, bj.recorded_worlds(0, 2), devices=["cpu"])
     with pytest.raises(TypeError, match="`devices`"):
         bj.exact_blame(bj.demos.refund_pipeline, cases, bj.recorded_worlds(0, 2), devices=[])
@@ -182,7 +206,9 @@ def test_warns_when_the_worlds_do_not_reproduce_the_failures():
     assert failed.size >= 2 and passed.size >= 1
     ids = np.concatenate([failed[:2], passed[:1]])  # two failures, then a run that passed
     rows = jax.tree_util.tree_map(lambda x: x[ids], cases)
-    with pytest.warns(bj.estimators.NotAFailureWarning, match=r"1 of 3 failures \(2\) already score"):
+    with pytest.warns(
+        bj.estimators.NotAFailureWarning, match=r"1 of 3 failures \(2\) already score"
+    ):
         bj.exact_blame(pipeline, rows, bj.recorded_worlds(0, ids))
     with pytest.warns(bj.estimators.NotAFailureWarning, match=r"1 of 3 failures \(2\)"):
         bj.mc_shapley(pipeline, rows, bj.recorded_worlds(0, ids), 0, max_evaluations=2_000)
@@ -190,4 +216,6 @@ def test_warns_when_the_worlds_do_not_reproduce_the_failures():
     with warnings.catch_warnings():
         warnings.simplefilter("error", bj.estimators.NotAFailureWarning)
         bj.exact_blame(pipeline, only_failures, bj.recorded_worlds(0, failed[:2]))
-        bj.mc_shapley(pipeline, only_failures, bj.recorded_worlds(0, failed[:2]), 0, max_evaluations=2_000)
+        bj.mc_shapley(
+            pipeline, only_failures, bj.recorded_worlds(0, failed[:2]), 0, max_evaluations=2_000
+        )

@@ -99,8 +99,14 @@ def test_nan_and_inf_are_encoded(results, tmp_path):
     assert batch.num_analysed == 1 and np.isinf(batch.upper).all() and np.isinf(batch.lower).all()
     text, data = _round_trip(batch, tmp_path / "batch.json")
     assert "Infinity" not in text and "NaN" not in text
-    assert data["upper"] == ["inf"] * len(batch.steps) and data["lower"] == ["-inf"] * len(batch.steps)
-    assert data["arrays"]["upper"] == {"dtype": "float64", "shape": [len(batch.steps)], "jax": False}
+    assert data["upper"] == ["inf"] * len(batch.steps) and data["lower"] == ["-inf"] * len(
+        batch.steps
+    )
+    assert data["arrays"]["upper"] == {
+        "dtype": "float64",
+        "shape": [len(batch.steps)],
+        "jax": False,
+    }
 
     history = results["mc_history"].history
     assert isinstance(history, MCHistory)
@@ -123,12 +129,17 @@ def test_to_dict_is_strict_json_ready(results):
     for name, result in results.items():
         json.dumps(result.to_dict(), allow_nan=False)  # raises on a stray NaN
         assert bj.report.result_to_dict(result) == result.to_dict(), name
-    assert bj.report.batch_to_dict(results["batch_one_failure"]) == results["batch_one_failure"].to_dict()
+    assert (
+        bj.report.batch_to_dict(results["batch_one_failure"])
+        == results["batch_one_failure"].to_dict()
+    )
 
 
 def test_from_dict_checks_the_type(results):
     data = results["batch_one_failure"].to_dict()
-    with pytest.raises(ValueError, match="expected a dict of type 'ExactResult', got 'BatchResult'"):
+    with pytest.raises(
+        ValueError, match="expected a dict of type 'ExactResult', got 'BatchResult'"
+    ):
         bj.ExactResult.from_dict(data)
     with pytest.raises(ValueError, match=r"BatchResult has no fields \['colour'\]"):
         bj.BatchResult.from_dict(dict(data, colour="red"))
@@ -149,7 +160,12 @@ def test_write_json_of_a_plain_tree(tmp_path):
     path = tmp_path / "summary.json"
     tree = {"a": np.float32(np.nan), "b": [np.inf, -np.inf, 1.5], "c": np.arange(3), "d": (1, None)}
     bj.report.write_json(path, tree)
-    assert _strict_loads(path.read_text()) == {"a": None, "b": ["inf", "-inf", 1.5], "c": [0, 1, 2], "d": [1, None]}
+    assert _strict_loads(path.read_text()) == {
+        "a": None,
+        "b": ["inf", "-inf", 1.5],
+        "c": [0, 1, 2],
+        "d": [1, None],
+    }
 
 
 def test_failed_export_leaves_the_old_file(results, tmp_path, monkeypatch):

@@ -39,7 +39,9 @@ def result():
     """Refund demo, fresh noise with 3 worlds: values k/3 (not exact in binary), several
     worlds per failure (resolve and last-step shares between 0 and 1)."""
     cases = bj.demos.refund_cases(40)
-    return bj.blame_batch(bj.demos.refund_pipeline, cases, 0, noise="fresh", num_worlds=3, keep_coalitions=True)
+    return bj.blame_batch(
+        bj.demos.refund_pipeline, cases, 0, noise="fresh", num_worlds=3, keep_coalitions=True
+    )
 
 
 def _reference(result, scores=None):
@@ -81,8 +83,12 @@ def test_reference_matches_brute_force_and_jax():
             np.testing.assert_allclose(out[name], getattr(jax_values, name), rtol=0, atol=tol)
         for f in range(4):
             v = scores[f].mean(0)
-            np.testing.assert_allclose(out["shapley"][f], _brute_shapley(v.tolist(), n), rtol=0, atol=1e-15)
-            assert out["resolve"][f] == [float(np.mean(scores[f, :, 1 << i] >= 0.5)) for i in range(n)]
+            np.testing.assert_allclose(
+                out["shapley"][f], _brute_shapley(v.tolist(), n), rtol=0, atol=1e-15
+            )
+            assert out["resolve"][f] == [
+                float(np.mean(scores[f, :, 1 << i] >= 0.5)) for i in range(n)
+            ]
             assert out["last_step"][f] == [float(np.mean(last[f] == i)) for i in range(n)]
         assert out["batch"]["last_step_rate"] == [float(np.mean(last == i)) for i in range(n)]
 
@@ -160,7 +166,9 @@ def test_page_is_self_contained(result, tmp_path):
     print(f"interactive page: {path.stat().st_size} bytes for {result.num_analysed} failures")
     data = page_data(result)
     # The embedded floats are the stored ones exactly.
-    assert np.array_equal(np.array([f["scores"] for f in data["failures"]]), result.coalition_scores)
+    assert np.array_equal(
+        np.array([f["scores"] for f in data["failures"]]), result.coalition_scores
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -273,7 +281,13 @@ class _Page:
         if text is not None:
             down["text"] = text
         self.call("Input.dispatchKeyEvent", **down)
-        self.call("Input.dispatchKeyEvent", type="keyUp", key=key, code=code, windowsVirtualKeyCode=keycode)
+        self.call(
+            "Input.dispatchKeyEvent",
+            type="keyUp",
+            key=key,
+            code=code,
+            windowsVirtualKeyCode=keycode,
+        )
 
     def click(self, selector: str):
         box = self.js(
@@ -281,7 +295,14 @@ class _Page:
             " const r = e.getBoundingClientRect(); return [r.left + r.width / 2, r.top + r.height / 2]; })()"
         )
         for kind in ("mousePressed", "mouseReleased"):
-            self.call("Input.dispatchMouseEvent", type=kind, x=box[0], y=box[1], button="left", clickCount=1)
+            self.call(
+                "Input.dispatchMouseEvent",
+                type=kind,
+                x=box[0],
+                y=box[1],
+                button="left",
+                clickCount=1,
+            )
 
 
 def _chromium():
@@ -297,9 +318,16 @@ def browser_page(result, tmp_path_factory):
     result.save_html(path, interactive=True)
     profile = tmp_path / "profile"
     flags = [
-        "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run", "--remote-debugging-port=0",
-        "--remote-allow-origins=*", f"--user-data-dir={profile}",
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--remote-debugging-port=0",
+        "--remote-allow-origins=*",
+        f"--user-data-dir={profile}",
     ]
     log = open(tmp_path / "chromium.log", "wb")
     process = subprocess.Popen([_chromium(), *flags, path.as_uri()], stdout=log, stderr=log)
@@ -309,19 +337,27 @@ def browser_page(result, tmp_path_factory):
         port_file = profile / "DevToolsActivePort"
         while not (port_file.exists() and port_file.read_text().count("\n") >= 1):
             assert process.poll() is None, (tmp_path / "chromium.log").read_bytes()[-2000:]
-            assert time.monotonic() < deadline, "chromium did not open its DevTools port within 60 s"
+            assert time.monotonic() < deadline, (
+                "chromium did not open its DevTools port within 60 s"
+            )
             time.sleep(0.05)
         port = int(port_file.read_text().split()[0])
         while True:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as answer:
-                targets = [t for t in json.load(answer) if t.get("type") == "page" and t["url"].endswith(".html")]
+                targets = [
+                    t
+                    for t in json.load(answer)
+                    if t.get("type") == "page" and t["url"].endswith(".html")
+                ]
             if targets:
                 break
             assert time.monotonic() < deadline, "no page target within 60 s"
             time.sleep(0.05)
         ws = _WebSocket(targets[0]["webSocketDebuggerUrl"], timeout=30)
         page = _Page(ws)
-        while not page.js("document.readyState === 'complete' && typeof window.blamejax === 'object'"):
+        while not page.js(
+            "document.readyState === 'complete' && typeof window.blamejax === 'object'"
+        ):
             assert time.monotonic() < deadline, "the page did not load within 60 s"
             time.sleep(0.05)
         yield page
@@ -357,8 +393,11 @@ def _same(page_numbers, python):
         elif a == "-0":  # JSON has no negative zero; the page writes it as this string
             assert b == 0 and math.copysign(1, b) == -1, where
         else:
-            assert isinstance(a, (int, float)) and float(a) == b and math.copysign(1, float(a)) == math.copysign(1, b), (
-                where, a, b)
+            assert (
+                isinstance(a, (int, float))
+                and float(a) == b
+                and math.copysign(1, float(a)) == math.copysign(1, b)
+            ), (where, a, b)
 
     walk(page_numbers, python, "numbers")
 
@@ -404,7 +443,15 @@ def test_page_by_mouse_and_keyboard(result, page):
     for _ in range(n + 6):
         page.key("Tab", "Tab", 9)
         order.append(page.js("document.activeElement.id"))
-    assert order == ["bj-failure", *(f"bj-fix-{i}" for i in range(n)), "bj-flip", "bj-rate", "bj-set", "bj-reset", "bj-reset-all"]
+    assert order == [
+        "bj-failure",
+        *(f"bj-fix-{i}" for i in range(n)),
+        "bj-flip",
+        "bj-rate",
+        "bj-set",
+        "bj-reset",
+        "bj-reset-all",
+    ]
     # A click on a label's checkbox toggles step 1's fix; Space on step 3's checkbox too.
     page.js("blamejax.select(1, 0)")
     page.click("#bj-fix-1")
@@ -423,7 +470,9 @@ def test_page_by_mouse_and_keyboard(result, page):
     python = _reference(result, scores)
     _same(json.loads(page.js("blamejax.numbers()")), python)
     # The success rate typed into its field and set by keyboard.
-    assert float(page.js("document.getElementById('bj-rate').value")) == python["value"][1][m]  # prefilled
+    assert (
+        float(page.js("document.getElementById('bj-rate').value")) == python["value"][1][m]
+    )  # prefilled
     page.js("const r = document.getElementById('bj-rate'); r.value = ''; r.focus()")
     for ch in "0.25":
         page.call("Input.insertText", text=ch)
@@ -435,8 +484,13 @@ def test_page_by_mouse_and_keyboard(result, page):
     cells = page.js(
         "Array.from(document.querySelectorAll('#bj-batch tr[data-step] td[data-value]')).map(td => td.dataset.value)"
     )
-    assert [float(c) for c in cells[:2]] == [python["batch"]["shapley"][0], python["batch"]["banzhaf"][0]]
-    assert "(1 coalition edited)" in page.js("document.querySelector('#bj-batch caption').textContent")
+    assert [float(c) for c in cells[:2]] == [
+        python["batch"]["shapley"][0],
+        python["batch"]["banzhaf"][0],
+    ]
+    assert "(1 coalition edited)" in page.js(
+        "document.querySelector('#bj-batch caption').textContent"
+    )
     # A coalition's select button, pressed by keyboard, selects it and keeps the focus.
     page.js("document.querySelector('button[data-coalition=\"5\"]').focus()")
     page.key("Enter", "Enter", 13, "\r")
@@ -444,5 +498,7 @@ def test_page_by_mouse_and_keyboard(result, page):
     assert page.js("document.activeElement.dataset.coalition") == "5"
     page.js("blamejax.select(1, " + str(m) + ")")
     # The outputs shown for the coalition are the stored ones.
-    options = page.js("Array.from(document.querySelectorAll('#bj-outputs td[data-option]')).map(td => td.dataset.option)")
+    options = page.js(
+        "Array.from(document.querySelectorAll('#bj-outputs td[data-option]')).map(td => td.dataset.option)"
+    )
     assert [int(o) for o in options] == result.coalition_choices[1, m].tolist()

@@ -27,7 +27,6 @@ def failures():
     return {name: value[ids] for name, value in cases.items()}, bj.recorded_worlds(0, ids)
 
 
-
 def _exact_module():
     return sys.modules[bj.exact_blame.__module__]
 
@@ -48,19 +47,30 @@ def test_exact_blame_stops_after_the_chunk_a_ctrl_c_came_in(monkeypatch, capsys,
         return real(outputs)
 
     monkeypatch.setattr(module, "to_local", to_local)
-    with pytest.raises(KeyboardInterrupt, match=r"after 4 of 6 failures; nothing was kept: .*checkpoint=PATH"):
+    with pytest.raises(
+        KeyboardInterrupt, match=r"after 4 of 6 failures; nothing was kept: .*checkpoint=PATH"
+    ):
         bj.exact_blame(bj.demos.refund_pipeline, cases, worlds, chunk_size=2)
     assert len(calls) == 2  # the third chunk never ran
-    assert "exact_blame: Ctrl-C received; stopping after the current chunk" in capsys.readouterr().err
+    assert (
+        "exact_blame: Ctrl-C received; stopping after the current chunk" in capsys.readouterr().err
+    )
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
     monkeypatch.undo()  # and the next call runs to the end
-    assert bj.exact_blame(bj.demos.refund_pipeline, cases, worlds, chunk_size=2).shapley.shape == (6, 4)
+    assert bj.exact_blame(bj.demos.refund_pipeline, cases, worlds, chunk_size=2).shapley.shape == (
+        6,
+        4,
+    )
 
 
-def test_mc_shapley_keeps_the_estimates_of_the_checkpoint_a_ctrl_c_came_in(monkeypatch, capsys, failures):
+def test_mc_shapley_keeps_the_estimates_of_the_checkpoint_a_ctrl_c_came_in(
+    monkeypatch, capsys, failures
+):
     cases, worlds = failures
     # a rule that never fires: every failure runs through every checkpoint
-    kwargs = dict(key=1, max_evaluations=20_000, stop="width", epsilon=1e-9, t1=4, gamma=2.0, history=True)
+    kwargs = dict(
+        key=1, max_evaluations=20_000, stop="width", epsilon=1e-9, t1=4, gamma=2.0, history=True
+    )
     full = bj.mc_shapley(bj.demos.refund_pipeline, cases, worlds, **kwargs)
     module = _mc_module()
     real, steps = module._mc_step, []
@@ -72,14 +82,18 @@ def test_mc_shapley_keeps_the_estimates_of_the_checkpoint_a_ctrl_c_came_in(monke
         return real(*args)
 
     monkeypatch.setattr(module, "_mc_step", step)
-    with pytest.raises(KeyboardInterrupt, match=r"at checkpoint 2 of \d+; the estimates so far") as stop:
+    with pytest.raises(
+        KeyboardInterrupt, match=r"at checkpoint 2 of \d+; the estimates so far"
+    ) as stop:
         bj.mc_shapley(bj.demos.refund_pipeline, cases, worlds, **kwargs)
     assert len(steps) == 2
     assert "mc_shapley: Ctrl-C received" in capsys.readouterr().err
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     partial = stop.value.result
     np.testing.assert_array_equal(partial.num_samples, full.history.t[1])
-    np.testing.assert_array_equal(partial.values, full.history.values[:, 1])  # what the full run had
+    np.testing.assert_array_equal(
+        partial.values, full.history.values[:, 1]
+    )  # what the full run had
     np.testing.assert_array_equal(partial.lower, full.history.lower[:, 1])
     np.testing.assert_array_equal(partial.upper, full.history.upper[:, 1])
     np.testing.assert_array_equal(partial.empty, full.empty)
@@ -113,7 +127,10 @@ print("finished", flush=True)
 @pytest.mark.parametrize("estimator", ["exact", pytest.param("mc", marks=pytest.mark.slow)])
 def test_ctrl_c_while_compiling_in_a_subprocess_never_crashes(estimator):
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, estimator], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [sys.executable, "-c", CHILD, estimator],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         env={**os.environ, "PYTHONFAULTHANDLER": "1"},
     )
     try:
@@ -126,4 +143,6 @@ def test_ctrl_c_while_compiling_in_a_subprocess_never_crashes(estimator):
         child.communicate(timeout=30)
     assert child.returncode == -signal.SIGINT, err[-3000:]  # not -SIGSEGV
     name = "exact_blame" if estimator == "exact" else "mc_shapley"
-    assert "finished" not in out and f"KeyboardInterrupt: {name} stopped by Ctrl-C" in err, err[-3000:]
+    assert "finished" not in out and f"KeyboardInterrupt: {name} stopped by Ctrl-C" in err, err[
+        -3000:
+    ]

@@ -96,7 +96,9 @@ def test_resample_changes_only_step_k(name, pipeline, make_case, downstream):
         for k in range(structure.num_steps):
             stream = 2 + k
             kwargs = dict(factual=jnp.asarray(factual["choice"])) if downstream == "direct" else {}
-            plan = bj.interventions.do_resample(structure, k, stream, downstream=downstream, **kwargs)
+            plan = bj.interventions.do_resample(
+                structure, k, stream, downstream=downstream, **kwargs
+            )
             run = _trace(pipeline, structure, case, world, plan)
             _assert_upstream_identical(structure, factual, run, k)
             np.testing.assert_array_equal(run["variant"], 0)
@@ -126,7 +128,9 @@ def test_action_forces_option(name, pipeline, make_case):
     factual = _trace(pipeline, structure, case, world)
     for k in range(structure.num_steps):
         for option in range(structure.num_options[k]):
-            run = _trace(pipeline, structure, case, world, bj.interventions.do_action(structure, k, option))
+            run = _trace(
+                pipeline, structure, case, world, bj.interventions.do_action(structure, k, option)
+            )
             _assert_upstream_identical(structure, factual, run, k)
             for i in range(len(structure.sites)):
                 np.testing.assert_array_equal(
@@ -150,7 +154,11 @@ def test_context_shifts_logits(name, pipeline, make_case):
         shift = np.linspace(-0.5, 0.5, num_options).astype(np.float32)
         shift[factual["choice"][site]] = -np.inf
         run = _trace(
-            pipeline, structure, case, world, bj.interventions.do_context(structure, k, jnp.asarray(shift))
+            pipeline,
+            structure,
+            case,
+            world,
+            bj.interventions.do_context(structure, k, jnp.asarray(shift)),
         )
         _assert_upstream_identical(structure, factual, run, k)
         np.testing.assert_array_equal(run["noise"][site], factual["noise"][site])  # same luck
@@ -189,7 +197,9 @@ def test_observation_replaces_tool_output(downstream):
         kwargs = dict(factual=jnp.asarray(factual["choice"])) if downstream == "direct" else {}
         if downstream == "fresh":
             kwargs = dict(stream=4)
-        plan = bj.interventions.do_observation(structure, "search", new, downstream=downstream, **kwargs)
+        plan = bj.interventions.do_observation(
+            structure, "search", new, downstream=downstream, **kwargs
+        )
         run = _trace(tool_pipeline, structure, case, world, plan)
         np.testing.assert_array_equal(run["values"][0], np.asarray(new))
         # upstream of the tool (the query) is untouched
@@ -234,7 +244,9 @@ def test_stacked_plans_match_single_runs():
         bj.interventions.do_resample(structure, "answer", 1),
         bj.interventions.do_action(structure, "query", 2, downstream="direct", factual=factual),
         bj.interventions.do_context(structure, "check", jnp.asarray([0.0, 3.0])),
-        bj.interventions.do_observation(structure, "search", jnp.ones(4), downstream="fresh", stream=5),
+        bj.interventions.do_observation(
+            structure, "search", jnp.ones(4), downstream="fresh", stream=5
+        ),
         bj.interventions.do_policy(structure, "query", 1),
     ]
     batched = bj.pipeline.plan_values(
@@ -315,7 +327,9 @@ def test_error_other_arguments(structure):
     with pytest.raises(
         ValueError, match=r"`factual` must be the factual run's choice at every draw site"
     ):
-        bj.interventions.do_action(structure, 0, 1, downstream="direct", factual=jnp.zeros(2, jnp.int32))
+        bj.interventions.do_action(
+            structure, 0, 1, downstream="direct", factual=jnp.zeros(2, jnp.int32)
+        )
     with pytest.raises(ValueError, match=r"`stream` must be a non-negative integer, got -2"):
         bj.interventions.do_resample(structure, 0, -2)
     with pytest.raises(ValueError, match=r"`variant` = 2 does not exist at step 'query'"):

@@ -64,8 +64,13 @@ def test_applications_load_on_first_use():
         "bj.traces.Run, bj.scm.make_scm, bj.scorers.Cache, bj.demos.refund_cases\n"
         "print(sorted(m for m in apps if m in sys.modules))\n"
     )
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
-    assert out.splitlines() == ["[]", repr(sorted(["blamejax.demos", "blamejax.scm", "blamejax.scorers", "blamejax.traces"]))]
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.splitlines() == [
+        "[]",
+        repr(sorted(["blamejax.demos", "blamejax.scm", "blamejax.scorers", "blamejax.traces"])),
+    ]
 
 
 def test_no_private_import_across_subpackages():
@@ -78,7 +83,9 @@ def test_no_private_import_across_subpackages():
             if len(target) > 1:  # reaches into a module of another subpackage
                 offences.append(f"{path.relative_to(PACKAGE)} imports {'.'.join(target)}")
             offences += [
-                f"{path.relative_to(PACKAGE)} imports {unit}.{n}" for n in names if n.startswith("_")
+                f"{path.relative_to(PACKAGE)} imports {unit}.{n}"
+                for n in names
+                if n.startswith("_")
             ]
     assert offences == []
 
@@ -113,7 +120,9 @@ def test_no_module_level_cache_outside_the_compile_cache():
         if path.name == "_compile.py":
             continue
         for node in tree.body:
-            targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+            targets = (
+                node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+            )
             value = getattr(node, "value", None)
             empty = isinstance(value, ast.Dict) and not value.keys
             empty = empty or (

@@ -720,7 +720,9 @@ def test_matches_exact_on_given_and_free_form_pipelines(name):
     err = np.asarray(result.values) - phi
     se = np.sqrt(variance / t)
     assert np.all(np.abs(err) <= 5 * se + 1e-6), np.abs(err / (se + 1e-12)).max()
-    assert np.all((np.asarray(result.lower) <= phi + 1e-6) & (phi - 1e-6 <= np.asarray(result.upper)))
+    assert np.all(
+        (np.asarray(result.lower) <= phi + 1e-6) & (phi - 1e-6 <= np.asarray(result.upper))
+    )
     np.testing.assert_allclose(result.empty, exact.empty, atol=1e-6)
     np.testing.assert_allclose(result.full, exact.full, atol=1e-6)
     np.testing.assert_allclose(np.asarray(result.values).sum(1), exact.total, atol=1e-5)
@@ -740,12 +742,17 @@ def test_deferred_draws_give_the_same_estimates(name, monkeypatch):
     assert len(bj.Game.make(pipeline, cases).structure.sites) < mc._DEFER_FROM
     resolved = []
     resolve = _context._resolve_chain
-    monkeypatch.setattr(_context, "_resolve_chain", lambda *a, **k: resolved.append(1) or resolve(*a, **k))
+    monkeypatch.setattr(
+        _context, "_resolve_chain", lambda *a, **k: resolved.append(1) or resolve(*a, **k)
+    )
     settings = [dict(stop=()), dict(stop=(), antithetic=True), dict(epsilon=0.05, t1=8)]
 
     def run():
         bj.clear_caches()
-        return [bj.mc_shapley(pipeline, cases, worlds, key=25, max_evaluations=2000, **kw) for kw in settings]
+        return [
+            bj.mc_shapley(pipeline, cases, worlds, key=25, max_evaluations=2000, **kw)
+            for kw in settings
+        ]
 
     try:
         one_by_one = run()
@@ -757,7 +764,16 @@ def test_deferred_draws_give_the_same_estimates(name, monkeypatch):
         monkeypatch.undo()
         bj.clear_caches()
     for a, b in zip(one_by_one, deferred, strict=True):
-        for field in ("values", "variance", "lower", "upper", "empty", "full", "num_samples", "evaluations"):
+        for field in (
+            "values",
+            "variance",
+            "lower",
+            "upper",
+            "empty",
+            "full",
+            "num_samples",
+            "evaluations",
+        ):
             np.testing.assert_array_equal(getattr(a, field), getattr(b, field), err_msg=field)
     assert np.abs(np.asarray(deferred[0].values)).max() > 1e-3
 
@@ -775,7 +791,14 @@ def test_blocks_of_prefixes_equal_one_batch(monkeypatch, antithetic):
 
     def estimate(case):
         return bj.estimators.mc_shapley_fixed(
-            chain_pipeline, structure, case, worlds, jr.key(28), 16, tuple(range(n)), (1,) * n,
+            chain_pipeline,
+            structure,
+            case,
+            worlds,
+            jr.key(28),
+            16,
+            tuple(range(n)),
+            (1,) * n,
             antithetic=antithetic,
         )
 
@@ -787,6 +810,7 @@ def test_blocks_of_prefixes_equal_one_batch(monkeypatch, antithetic):
         np.testing.assert_allclose(getattr(blocks, field), getattr(one_batch, field), atol=1e-6)
         np.testing.assert_allclose(getattr(jitted, field), getattr(blocks, field), atol=1e-6)
     assert float(jnp.abs(blocks.values).max()) > 0
+
 
 def test_ends_in_the_loop_trace_the_pipeline_once(monkeypatch):
     """With more than one block of prefixes per order (a 12-step chain: 2 blocks), the
@@ -846,7 +870,9 @@ def test_errors_name_the_argument():
         bj.mc_shapley(GAME4, cases, worlds, max_evaluations=40, **kw)
     # A fixed budget has one checkpoint, the budget: two samples (2 + 2 x 3 = 8) suffice.
     assert bj.mc_shapley(GAME4, cases, worlds, max_evaluations=8, stop=(), **kw).num_samples[0] == 2
-    with pytest.raises(ValueError, match=r"2 \(a fixed budget needs a sample variance\) samples cost 8"):
+    with pytest.raises(
+        ValueError, match=r"2 \(a fixed budget needs a sample variance\) samples cost 8"
+    ):
         bj.mc_shapley(GAME4, cases, worlds, max_evaluations=7, stop=(), **kw)
     with pytest.raises(ValueError, match="unknown rule 'top2'"):
         bj.mc_shapley(GAME4, cases, worlds, max_evaluations=1000, stop="top2", **kw)
@@ -872,8 +898,6 @@ def test_table_mentions_rule_and_budget():
     text = result.table(0)
     assert "p0" in text and "stopped by: top1" in text
     assert f"{int(result.evaluations[0])} evaluations" in text
-
-
 
 
 def test_take_slots_equals_a_gather_per_leaf():

@@ -100,7 +100,9 @@ def test_gumbel_at_same_address_same_values():
     np.testing.assert_array_equal(_bits(first), _bits(again))
     # the same under jit, with a traced slot and traced failure / world indices
     jitted = jax.jit(
-        lambda f, w, slot: bj.noise.gumbel_at(bj.noise.world_key(jr.key(3), f, w), "retriever", slot, 6)
+        lambda f, w, slot: bj.noise.gumbel_at(
+            bj.noise.world_key(jr.key(3), f, w), "retriever", slot, 6
+        )
     )(jnp.int32(5), jnp.int32(2), jnp.int32(1))
     np.testing.assert_array_equal(_bits(first), _bits(jitted))
     assert np.all(np.isfinite(np.asarray(first)))
@@ -124,7 +126,10 @@ def test_gumbel_at_different_address_different_values(other):
     def draw(a):
         return np.asarray(
             bj.noise.gumbel_at(
-                bj.noise.world_key(jr.key(a["root"]), a["failure"], a["world"]), a["step"], a["slot"], 8
+                bj.noise.world_key(jr.key(a["root"]), a["failure"], a["world"]),
+                a["step"],
+                a["slot"],
+                8,
             )
         )
 
@@ -196,7 +201,9 @@ def test_gumbel_at_is_jax_random_at_its_address():
     key = bj.noise.world_key(jr.key(5), 3, 2)
     reference_key = jr.fold_in(jr.fold_in(jr.key(5), 3), 2)
     assert jr.key_data(key).tolist() == jr.key_data(reference_key).tolist()
-    site = jr.fold_in(jr.fold_in(jr.fold_in(key, noise._GUMBEL_TAG), bj.noise.stable_hash("writer")), 1)
+    site = jr.fold_in(
+        jr.fold_in(jr.fold_in(key, noise._GUMBEL_TAG), bj.noise.stable_hash("writer")), 1
+    )
     expected = np.stack([np.asarray(jr.gumbel(jr.fold_in(site, j))) for j in range(6)])
     np.testing.assert_array_equal(_bits(bj.noise.gumbel_at(key, "writer", 1, 6)), _bits(expected))
 
@@ -204,7 +211,9 @@ def test_gumbel_at_is_jax_random_at_its_address():
 def _loop_reference(key, sites, num_options):
     rows = []
     for step, slot in sites:
-        site = jr.fold_in(jr.fold_in(jr.fold_in(key, noise._GUMBEL_TAG), bj.noise.stable_hash(step)), slot)
+        site = jr.fold_in(
+            jr.fold_in(jr.fold_in(key, noise._GUMBEL_TAG), bj.noise.stable_hash(step)), slot
+        )
         rows.append([np.asarray(jr.gumbel(jr.fold_in(site, j))) for j in range(num_options)])
     return np.asarray(rows)
 
@@ -217,7 +226,9 @@ def test_non_partitionable_threefry_falls_back_to_jax_random():
         key = jr.key(3)
         table = gumbel_sites(key, ("a", "b"), (0, 1), 4)
         np.testing.assert_array_equal(_bits(table), _bits(_loop_reference(key, sites, 4)))
-        assert jr.key_data(noise.fold_in(key, 9)).tolist() == jr.key_data(jr.fold_in(key, 9)).tolist()
+        assert (
+            jr.key_data(noise.fold_in(key, 9)).tolist() == jr.key_data(jr.fold_in(key, 9)).tolist()
+        )
 
 
 def test_other_key_implementation_uses_jax_random():
@@ -378,7 +389,9 @@ def _plan_traces(pipeline, make_cases):
         return dict(
             factual=trace(bj.pipeline.factual_plan(structure)),
             fixed_one=jax.vmap(fixed_one)(jnp.eye(num_steps, dtype=bool)),
-            fixed_all=trace(bj.coalitions.mask_plan(structure, players, fixes, jnp.ones(num_steps, bool))),
+            fixed_all=trace(
+                bj.coalitions.mask_plan(structure, players, fixes, jnp.ones(num_steps, bool))
+            ),
             forced=trace(bj.worlds.observed_plan(structure, forced_row)),
         )
 
@@ -393,9 +406,9 @@ def test_noise_does_not_depend_on_plan(pipeline, make_cases, parents):
     forced to some option."""
     structure, keys, out = _plan_traces(pipeline, make_cases)
     for i, site in enumerate(structure.sites):
-        addressed = jax.vmap(lambda k: bj.noise.gumbel_at(k, site.step, site.slot, site.num_options))(
-            keys
-        )
+        addressed = jax.vmap(
+            lambda k: bj.noise.gumbel_at(k, site.step, site.slot, site.num_options)
+        )(keys)
         for name in ("factual", "fixed_all", "forced"):
             np.testing.assert_array_equal(
                 _bits(out[name]["noise"][i]), _bits(addressed), err_msg=f"{name}, {site}"

@@ -65,7 +65,9 @@ def _unreached_runner(mode):
 
     def one_world(case, key):
         world = bj.World(key=key)
-        cube = bj.coalitions.coalition_values(two_step, structure, case, world, players, fixes, mode)
+        cube = bj.coalitions.coalition_values(
+            two_step, structure, case, world, players, fixes, mode
+        )
 
         def traced(mask):
             plan = bj.coalitions.mask_plan(structure, players, fixes, mask)
@@ -83,7 +85,9 @@ def test_exact_blame_redoes_a_pass_flagged_by_an_unreached_row():
     reaches makes its world's coalitions NaN there; it then redoes the call with the check
     per run, which gives exactly the values of the same cases with that row finite."""
     num_cases, worlds = 6, bj.fresh_worlds(0, 6, 3)
-    finite = bj.exact_blame(two_step, _unreached_cases(np.random.default_rng(3), num_cases, "finite"), worlds)
+    finite = bj.exact_blame(
+        two_step, _unreached_cases(np.random.default_rng(3), num_cases, "finite"), worlds
+    )
     cases = _unreached_cases(np.random.default_rng(3), num_cases, "all -inf")
     result = bj.exact_blame(two_step, cases, worlds)
     for name in ("shapley", "banzhaf", "empty", "full", "last_step"):
@@ -93,7 +97,13 @@ def test_exact_blame_redoes_a_pass_flagged_by_an_unreached_row():
     structure = bj.discover(two_step, first(cases))
     world = jax.tree_util.tree_map(lambda x: x[0, 0], worlds)
     quick = bj.coalitions.coalition_values(
-        two_step, structure, first(cases), world, _UNREACHED_PLAYERS, _UNREACHED_FIXES, rows_per_world=True
+        two_step,
+        structure,
+        first(cases),
+        world,
+        _UNREACHED_PLAYERS,
+        _UNREACHED_FIXES,
+        rows_per_world=True,
     )
     assert np.isnan(np.asarray(quick)).all()
 
@@ -163,7 +173,10 @@ def test_error_wrong_table_shape():
         return b.take(jnp.ones(3))
 
     cases = dict(a=jnp.zeros((2, 2, 4)), b=jnp.zeros((2, 2, 5, 3)))
-    with pytest.raises(ValueError, match="step 'b' have 5 rows on parent axis 0 but the parent choice has 4 options"):
+    with pytest.raises(
+        ValueError,
+        match="step 'b' have 5 rows on parent axis 0 but the parent choice has 4 options",
+    ):
         bj.exact_blame(pipeline, cases, bj.recorded_worlds(0, 2))
     cases = dict(a=jnp.zeros((2, 2, 4)), b=jnp.zeros((2, 2, 3)))
     with pytest.raises(ValueError, match=r"logits of step 'b' must have shape \[V, K_parent0, K\]"):
@@ -173,7 +186,9 @@ def test_error_wrong_table_shape():
 def test_error_nan_logits(getkey):
     cases = random_chain_cases(getkey(), 3, num_cases=2)
     cases["tables"][1] = cases["tables"][1].at[1, 0, 2, 1].set(jnp.nan)
-    with pytest.raises(ValueError, match=r"\['tables'\]\[1\]` contains NaN \(first at index \[1, 0, 2, 1\]\)"):
+    with pytest.raises(
+        ValueError, match=r"\['tables'\]\[1\]` contains NaN \(first at index \[1, 0, 2, 1\]\)"
+    ):
         bj.exact_blame(chain_pipeline, cases, bj.recorded_worlds(0, 2))
 
 
@@ -182,7 +197,9 @@ def test_error_pipeline_returns_vector():
         a = ctx.choose("a", case["a"])
         return jnp.stack([a.index, a.index]).astype(jnp.float32)
 
-    with pytest.raises(ValueError, match=r"must return a scalar score, got an output of shape \(2,\)"):
+    with pytest.raises(
+        ValueError, match=r"must return a scalar score, got an output of shape \(2,\)"
+    ):
         bj.exact_blame(pipeline, dict(a=jnp.zeros((1, 2, 3))), bj.recorded_worlds(0, 1))
 
 
@@ -268,7 +285,12 @@ def _deferred_and_not(pipeline, cases, num_worlds=3, overrides=False):
     keys = jr.split(jr.key(3), num_worlds)
     out = []
     for defer in (False, True):
-        run = jax.jit(jax.vmap(jax.vmap(functools.partial(scores, defer=defer), in_axes=(None, 0)), in_axes=(0, None)))
+        run = jax.jit(
+            jax.vmap(
+                jax.vmap(functools.partial(scores, defer=defer), in_axes=(None, 0)),
+                in_axes=(0, None),
+            )
+        )
         out.append(np.asarray(run(cases, keys)))
     return out
 

@@ -46,7 +46,9 @@ def test_equals_brute_force_float64(n):
             np.testing.assert_allclose(out.interactions, inter, rtol=0, atol=1e-12)
             bits = 1 << np.arange(n)
             np.testing.assert_allclose(out.fix_alone, v[bits] - v[0], atol=1e-12)
-            np.testing.assert_allclose(out.leave_one_out, v[-1] - v[(1 << n) - 1 - bits], atol=1e-12)
+            np.testing.assert_allclose(
+                out.leave_one_out, v[-1] - v[(1 << n) - 1 - bits], atol=1e-12
+            )
 
 
 def _swap(S, i, j):
@@ -65,7 +67,9 @@ def test_axioms(n):
         np.testing.assert_allclose(phi.sum(), v[-1] - v[0], atol=1e-5)
         # linearity
         a, b = rng.normal(size=2)
-        mix = np.asarray(attribute(jnp.asarray(a * v + b * w, jnp.float32), interactions=False).shapley)
+        mix = np.asarray(
+            attribute(jnp.asarray(a * v + b * w, jnp.float32), interactions=False).shapley
+        )
         phi_w = np.asarray(attribute(jnp.asarray(w, jnp.float32), interactions=False).shapley)
         np.testing.assert_allclose(mix, a * phi + b * phi_w, atol=1e-5)
         if n >= 2:
@@ -78,7 +82,9 @@ def test_axioms(n):
             # null player: v does not depend on step k
             k = int(rng.integers(n))
             null = np.array([v[S & ~(1 << k)] for S in range(1 << n)])
-            phi_n = np.asarray(attribute(jnp.asarray(null, jnp.float32), interactions=False).shapley)
+            phi_n = np.asarray(
+                attribute(jnp.asarray(null, jnp.float32), interactions=False).shapley
+            )
             assert abs(phi_n[k]) < 1e-6
             assert np.abs(phi_n).max() > 1e-3
 
@@ -129,14 +135,19 @@ def test_float32_close_to_float64(n):
     v = np.random.default_rng(n).uniform(size=1 << n)
     phi32 = np.asarray(attribute(jnp.asarray(v, jnp.float32), interactions=False).shapley)
     with jax.enable_x64(True):
-        phi64 = np.asarray(attribute(jnp.asarray(v.astype(np.float32), jnp.float64), interactions=False).shapley)
+        phi64 = np.asarray(
+            attribute(jnp.asarray(v.astype(np.float32), jnp.float64), interactions=False).shapley
+        )
     assert np.unique(np.round(phi64, 9)).size == n  # distinct values
     np.testing.assert_allclose(phi32, phi64, rtol=0, atol=1e-6)
 
 
 def test_weights_are_exact():
     w = bj.reduction._shapley.shapley_weights(30)
-    assert w[0] == 1 / 30 and abs(w.sum() * 30 - sum(1 / math.comb(29, s) for s in range(30)) * 1) < 1e-12
+    assert (
+        w[0] == 1 / 30
+        and abs(w.sum() * 30 - sum(1 / math.comb(29, s) for s in range(30)) * 1) < 1e-12
+    )
     assert np.all(w > 0)
 
 

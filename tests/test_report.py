@@ -146,15 +146,21 @@ def test_student_t_interval_by_hand():
     """[0, 1, 2]: mean 1, s = 1, t_(0.975, 2) = 4.302653 (tables), so 1 +- 4.302653 / sqrt(3);
     one row gives an infinite interval; the quantile is scipy's."""
     mean, lower, upper = bj.stats.student_t_interval(np.array([[0.0], [1.0], [2.0]]), 0.95)
-    np.testing.assert_allclose([mean[0], lower[0], upper[0]], [1.0, 1 - 2.484138, 1 + 2.484138], atol=1e-6)
+    np.testing.assert_allclose(
+        [mean[0], lower[0], upper[0]], [1.0, 1 - 2.484138, 1 + 2.484138], atol=1e-6
+    )
     values = np.random.default_rng(0).normal(size=(12, 3))
     _, lower, upper = bj.stats.student_t_interval(values, 0.9)
-    low, high = scipy.stats.t.interval(0.9, 11, loc=values.mean(0), scale=scipy.stats.sem(values, axis=0))
+    low, high = scipy.stats.t.interval(
+        0.9, 11, loc=values.mean(0), scale=scipy.stats.sem(values, axis=0)
+    )
     np.testing.assert_allclose(lower, low, rtol=1e-12)
     np.testing.assert_allclose(upper, high, rtol=1e-12)
     _, lower, upper = bj.stats.student_t_interval(np.ones((1, 2)), 0.95)
     assert np.isneginf(lower).all() and np.isposinf(upper).all()
-    with pytest.raises(ValueError, match=r"`level` must be a number in \(0, 1\) \(e.g. 0.95\), got 95"):
+    with pytest.raises(
+        ValueError, match=r"`level` must be a number in \(0, 1\) \(e.g. 0.95\), got 95"
+    ):
         bj.stats.student_t_interval(values, 95)
 
 
@@ -169,7 +175,10 @@ def _shapley_population():
         v = {frozenset(): 0.0, frozenset(range(n)): 1.0, **dict(zip(middle, bits, strict=True))}
         phi = [
             sum(
-                math.factorial(len(s)) * math.factorial(n - len(s) - 1) / math.factorial(n) * (v[s | {i}] - v[s])
+                math.factorial(len(s))
+                * math.factorial(n - len(s) - 1)
+                / math.factorial(n)
+                * (v[s | {i}] - v[s])
                 for r in range(n)
                 for s in map(frozenset, itertools.combinations([j for j in range(n) if j != i], r))
             )
@@ -199,10 +208,21 @@ def test_fixed_sample_interval_coverage():
     for t in (5, 20, 80, 320):
         values = games[rng.choice(len(games), size=(1000, t), p=probs)]  # [batch, t, n]
         # All 1,000 batches at once (columns: batch x step), clipped as the reports clip...
-        _, lower, upper = bj.stats.student_t_interval(values.transpose(1, 0, 2).reshape(t, -1), 0.95)
-        lower, upper, _ = bj.stats.clip_interval(lower.reshape(1000, 3), upper.reshape(1000, 3), -1.0, 1.0)
+        _, lower, upper = bj.stats.student_t_interval(
+            values.transpose(1, 0, 2).reshape(t, -1), 0.95
+        )
+        lower, upper, _ = bj.stats.clip_interval(
+            lower.reshape(1000, 3), upper.reshape(1000, 3), -1.0, 1.0
+        )
         for b in range(10):  # ...which is what a report of one batch shows
-            iv = bj.stats.batch_intervals(values[b], values[b] > 0, level=0.95, delta=0.1, checkpoint=1, score_range=(0.0, 1.0))
+            iv = bj.stats.batch_intervals(
+                values[b],
+                values[b] > 0,
+                level=0.95,
+                delta=0.1,
+                checkpoint=1,
+                score_range=(0.0, 1.0),
+            )
             np.testing.assert_array_equal([iv.fixed_lower, iv.fixed_upper], [lower[b], upper[b]])
         missed = ((truth < lower) | (truth > upper)).sum(0)
         if t > 5:
@@ -230,7 +250,9 @@ def test_intervals_clipped_and_flagged(refund_one):
     np.testing.assert_array_equal(iv.bernstein_lower, np.clip(result.lower, -1, 1))
     np.testing.assert_array_equal(iv.bernstein_upper, np.clip(result.upper, -1, 1))
     np.testing.assert_array_equal(iv.bernstein_clipped[:, 0], result.lower < -1)
-    assert np.all((0 <= iv.resolve_lower) & (iv.resolve_lower <= iv.resolve_upper) & (iv.resolve_upper <= 1))
+    assert np.all(
+        (0 <= iv.resolve_lower) & (iv.resolve_lower <= iv.resolve_upper) & (iv.resolve_upper <= 1)
+    )
     assert iv.checkpoint == result.interval_checkpoint >= 1
     wider = result.with_level(0.99).intervals
     assert np.all(wider.resolve_upper - wider.resolve_lower > iv.resolve_upper - iv.resolve_lower)
@@ -247,7 +269,9 @@ def test_largest_blame_names_ties_and_none():
     out = bj.report.largest_blame(phi, phi.sum(1), ("a", "b", "c"), (0.0, 1.0))
     assert out == (("a", "b"), (), ("b",), ("a",))
     # The tolerance is relative to the score range: on [0, 10] the fourth row ties too.
-    out = bj.report.largest_blame(phi * 10, phi.sum(1) * 10, ("a", "b", "c"), (0.0, 10.0), tolerance=1e-3)
+    out = bj.report.largest_blame(
+        phi * 10, phi.sum(1) * 10, ("a", "b", "c"), (0.0, 10.0), tolerance=1e-3
+    )
     assert out[3] == ("a", "b")
 
 
@@ -269,7 +293,7 @@ def test_labels_order_and_units_agree_everywhere(rag60):
     assert list(result.step_order) == order
     table = result.table().splitlines()
     first = table.index(next(line for line in table if line.startswith("step"))) + 2
-    assert [line.split()[0] for line in table[first:first + 4]] == order
+    assert [line.split()[0] for line in table[first : first + 4]] == order
     assert f"tied steps in {ties.sum()}, none (zero total repair) in {zero.sum()}" in result.table()
     page = result.to_html()
     assert re.findall(r'<tr data-step="([^"]+)">', page) == order
@@ -335,10 +359,19 @@ def test_chart_structure(which, refund_one, rag60):
     page = result.to_html()
     svg = re.search(r"<svg.*?</svg>", page, re.S).group(0)
     assert 'width="' not in svg.split(">")[0]  # scales with its container
-    panels = re.findall(r'<g class="panel" data-quantity="(\w+)" data-min="([^"]+)" data-max="([^"]+)" data-ticks="(\d+)">(.*?)</g>', svg, re.S)
+    panels = re.findall(
+        r'<g class="panel" data-quantity="(\w+)" data-min="([^"]+)" data-max="([^"]+)" data-ticks="(\d+)">(.*?)</g>',
+        svg,
+        re.S,
+    )
     assert [p[0] for p in panels] == ["shapley", "share", "resolve", "last"]
     titles = re.findall(r'class="axis-title"[^>]*>([^<]+)<', svg)
-    assert titles == ["mean Shapley value", "share of repair", "fix-alone resolve rate", "last-step blame"]
+    assert titles == [
+        "mean Shapley value",
+        "share of repair",
+        "fix-alone resolve rate",
+        "last-step blame",
+    ]
     for quantity, lo, hi, count, body in panels:
         lo, hi = float(lo), float(hi)
         ticks = [float(t) for t in re.findall(r'class="tick"[^>]*>([^<]+)<', body)]
@@ -347,11 +380,16 @@ def test_chart_structure(which, refund_one, rag60):
         assert bounds[0] <= lo < hi <= bounds[1]
         for value in re.findall(r'class="bar[^"]*"[^>]*data-value="([^"]+)"', body):
             assert lo <= float(value) <= hi
-        for cls, a, b, on in re.findall(r'class="whisker (whisker-\w+)"[^>]*data-lower="([^"]+)" data-upper="([^"]+)" data-on-axis="(\d)"', body):
+        for cls, a, b, on in re.findall(
+            r'class="whisker (whisker-\w+)"[^>]*data-lower="([^"]+)" data-upper="([^"]+)" data-on-axis="(\d)"',
+            body,
+        ):
             a, b = float(a), float(b)
             assert not (a <= bounds[0] and b >= bounds[1])  # whole range: not drawn
             if cls == "whisker-fixed":
-                assert on == "1" and lo <= a and b <= hi  # the axis contains every fixed-sample whisker
+                assert (
+                    on == "1" and lo <= a and b <= hi
+                )  # the axis contains every fixed-sample whisker
     whiskers = re.findall(r'class="whisker whisker-fixed" data-interval="fixed"', svg)
     if which == "one failure":
         assert not whiskers  # every interval is the whole range
@@ -373,16 +411,23 @@ def test_plots_are_matplotlib_figures(rag60):
     bars = result.plot()
     assert isinstance(bars, figure_module.Figure) and len(bars.axes) == 4
     assert [t.get_text() for t in bars.axes[0].get_yticklabels()] == list(result.step_order)
-    assert [ax.get_xlabel() for ax in bars.axes[1:]] == ["share of repair", "fix-alone resolve rate", "last-step blame"]
+    assert [ax.get_xlabel() for ax in bars.axes[1:]] == [
+        "share of repair",
+        "fix-alone resolve rate",
+        "last-step blame",
+    ]
     heat = result.plot("failures")
     image = heat.axes[0].images[0].get_array()
     order = [result.steps.index(s) for s in result.step_order]
     np.testing.assert_array_equal(np.asarray(image), result.shapley[:, order].T)
     scatter = result.plot("scatter")
     np.testing.assert_array_equal(
-        scatter.axes[0].collections[0].get_offsets(), np.stack([result.mean_shapley, result.resolve_rate], 1)[order]
+        scatter.axes[0].collections[0].get_offsets(),
+        np.stack([result.mean_shapley, result.resolve_rate], 1)[order],
     )
-    with pytest.raises(ValueError, match=r"`kind` must be one of \('bars', 'failures', 'scatter'\), got 'pie'"):
+    with pytest.raises(
+        ValueError, match=r"`kind` must be one of \('bars', 'failures', 'scatter'\), got 'pie'"
+    ):
         result.plot("pie")
 
 

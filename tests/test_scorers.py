@@ -47,10 +47,6 @@ def api():
         server.close()
 
 
-
-
-
-
 def lengths(request):
     return -np.asarray([len(o) for o in request.options], np.float64)
 
@@ -100,11 +96,21 @@ def test_batched_jax_function_equals_a_loop_and_repeats_are_asked_once():
     got = scorer.score(requests)
     assert calls == [3]  # the repeated request is asked once
     for request, row in zip(requests, got):
-        np.testing.assert_allclose(row, np.asarray(one(jnp.asarray(request.inputs["x"]))), rtol=1e-6)
+        np.testing.assert_allclose(
+            row, np.asarray(one(jnp.asarray(request.inputs["x"]))), rtol=1e-6
+        )
     assert scorer.meter.snapshot() == {
-        "calls": 3, "attempts": 0, "retries": 0, "hits": 0, "misses": 4, "input_tokens": 0, "output_tokens": 0,
+        "calls": 3,
+        "attempts": 0,
+        "retries": 0,
+        "hits": 0,
+        "misses": 4,
+        "input_tokens": 0,
+        "output_tokens": 0,
     }
-    threaded = FunctionScorer(lambda r: np.tanh(r.inputs["x"] * np.asarray(weights, np.float64)), concurrency=4)
+    threaded = FunctionScorer(
+        lambda r: np.tanh(r.inputs["x"] * np.asarray(weights, np.float64)), concurrency=4
+    )
     for a, b in zip(threaded.score(requests), got):
         np.testing.assert_allclose(a, b, rtol=1e-6)
 
@@ -127,7 +133,9 @@ def test_cache_hits_offline_misses_and_exact_logits(tmp_path):
         assert a.tobytes() == b.tobytes() == c.tobytes()
     assert [r.tolist() for r in replay] == list(rows.values())
     miss = Request("s", "fix", "a", ("x", "y", "z"))
-    with pytest.raises(OfflineMiss, match=r"holds no score of FunctionScorer\('rows'\) for step 's', variant 'fix'"):
+    with pytest.raises(
+        OfflineMiss, match=r"holds no score of FunctionScorer\('rows'\) for step 's', variant 'fix'"
+    ):
         offline.score([requests[0], miss])
     assert offline.meter.calls == 0
     other = FunctionScorer(fn, name="rows", version="2", cache=Cache(path, offline=True))
@@ -144,12 +152,17 @@ def test_cache_rejects_a_corrupt_file_another_schema_and_a_foreign_database(tmp_
     Cache(old).close()
     with sqlite3.connect(old) as db:
         db.execute("UPDATE meta SET value = '99' WHERE name = 'schema'")
-    with pytest.raises(CacheError, match=r"old\.sqlite: a score cache of schema version 99, but this blamejax reads version 1"):
+    with pytest.raises(
+        CacheError,
+        match=r"old\.sqlite: a score cache of schema version 99, but this blamejax reads version 1",
+    ):
         Cache(old)
     foreign = tmp_path / "foreign.sqlite"
     with sqlite3.connect(foreign) as db:
         db.execute("CREATE TABLE users (name TEXT)")
-    with pytest.raises(CacheError, match=r"foreign\.sqlite: an SQLite file that is not a blamejax score cache"):
+    with pytest.raises(
+        CacheError, match=r"foreign\.sqlite: an SQLite file that is not a blamejax score cache"
+    ):
         Cache(foreign)
 
 
@@ -198,7 +211,10 @@ from blamejax.scorers._scorer import FunctionScorer
 def _python(script, *args):
     return subprocess.Popen(
         [sys.executable, "-c", ALONE + textwrap.dedent(script), *map(str, args)],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -207,7 +223,10 @@ def test_two_processes_write_one_cache_at_once(tmp_path):
     writers = [_python(WRITER, path, tag, go) for tag in (1, 2)]
     try:
         deadline = time.monotonic() + 30
-        while not all(pathlib.Path(f"{go}.{tag}").exists() for tag in (1, 2)) and time.monotonic() < deadline:
+        while (
+            not all(pathlib.Path(f"{go}.{tag}").exists() for tag in (1, 2))
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.01)
         go.touch()
         outs = [w.communicate(timeout=60) for w in writers]
@@ -226,7 +245,11 @@ def test_two_processes_write_one_cache_at_once(tmp_path):
     assert len(cache) == 250
     for i in range(250):
         tag, value = cache.get("writer", Request("s", "factual", i, ("x", "y"))).tolist()
-        assert value == i and tag == (1.0 if i < 100 else 2.0 if i >= 150 else tag) and tag in (1.0, 2.0)
+        assert (
+            value == i
+            and tag == (1.0 if i < 100 else 2.0 if i >= 150 else tag)
+            and tag in (1.0, 2.0)
+        )
     with sqlite3.connect(path) as db:
         assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
         assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
@@ -253,8 +276,13 @@ def test_a_killed_run_loses_no_answer_already_given(tmp_path):
     assert child.returncode == -9
     cache = Cache(path, offline=True)
     assert len(cache) == 5
-    assert [cache.get('{"kind": "function", "name": "dies", "version": "1"}', Request("s", "factual", i, ("x", "y"))).tolist()
-            for i in range(5)] == [[float(i), 0.0] for i in range(5)]
+    assert [
+        cache.get(
+            '{"kind": "function", "name": "dies", "version": "1"}',
+            Request("s", "factual", i, ("x", "y")),
+        ).tolist()
+        for i in range(5)
+    ] == [[float(i), 0.0] for i in range(5)]
 
 
 # The optional client libraries ---------------------------------------------------------
@@ -263,8 +291,11 @@ def test_a_killed_run_loses_no_answer_already_given(tmp_path):
 def test_the_core_never_imports_a_client_library(monkeypatch):
     for path in (ROOT / "blamejax").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else ([node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            )
             assert not any(n.split(".")[0] in ("openai", "anthropic") for n in names), path
     monkeypatch.setitem(sys.modules, "openai", None)
     with pytest.raises(ImportError, match=r'pip install "blamejax\[openai\]"'):
@@ -288,13 +319,21 @@ def test_openai_logprobs_become_logits(api):
     assert body["logprobs"] is True and body["top_logprobs"] == 20
     assert "A. refund\nB. escalate\nC. close" in body["messages"][1]["content"]
     assert scorer.meter.snapshot() | {} == {
-        "calls": 1, "attempts": 1, "retries": 0, "hits": 0, "misses": 1, "input_tokens": 11, "output_tokens": 1,
+        "calls": 1,
+        "attempts": 1,
+        "retries": 0,
+        "hits": 0,
+        "misses": 1,
+        "input_tokens": 11,
+        "output_tokens": 1,
     }
 
 
 def test_openai_logprobs_absent_letter_is_an_error_or_the_floor(api):
     api.script.append(Reply(chat("A", {"A": -0.1, "B": -3.0})))
-    with pytest.raises(ReplyError, match=r"the letter 'C' of option 'close' is not among the returned tokens"):
+    with pytest.raises(
+        ReplyError, match=r"the letter 'C' of option 'close' is not among the returned tokens"
+    ):
         openai_scorer(api).score([ROUTE])
     api.script.append(Reply(chat("A", {"A": -0.1, "B": -3.0})))
     [logits] = openai_scorer(api, absent="floor").score([ROUTE])
@@ -321,8 +360,14 @@ def test_json_scores_become_logits(api, adapter):
 MALFORMED = [
     ("Refund, clearly.", "replied with text that is not JSON"),
     ('{"refund": 0.5, "escalate": 0.5}', r"gave no score for the options \['close'\]"),
-    ('{"refund": "high", "escalate": 0.1, "close": 0.1}', "scored option 'refund' with 'high': expected a probability"),
-    ('{"refund": 0.5, "escalate": 0.1, "close": 0.1, "apologise": 0.3}', r"scored options that were not offered, \['apologise'\]"),
+    (
+        '{"refund": "high", "escalate": 0.1, "close": 0.1}',
+        "scored option 'refund' with 'high': expected a probability",
+    ),
+    (
+        '{"refund": 0.5, "escalate": 0.1, "close": 0.1, "apologise": 0.3}',
+        r"scored options that were not offered, \['apologise'\]",
+    ),
     ('{"refund": 1.5, "escalate": 0.1, "close": 0.1}', "scored option 'refund' with 1.5"),
     ('{"refund": 0, "escalate": 0, "close": 0}', "scored every option 0"),
     ('["refund"]', "JSON that is not an object"),
@@ -333,7 +378,11 @@ MALFORMED = [
 @pytest.mark.parametrize("adapter", ["openai", "anthropic"])
 def test_malformed_json_replies_are_clear_errors(api, adapter, tmp_path):
     cache = Cache(tmp_path / "c.sqlite")
-    scorer = openai_scorer(api, mode="json", cache=cache) if adapter == "openai" else anthropic_scorer(api, cache=cache)
+    scorer = (
+        openai_scorer(api, mode="json", cache=cache)
+        if adapter == "openai"
+        else anthropic_scorer(api, cache=cache)
+    )
     for text, error in MALFORMED:
         api.script.append(Reply(chat(text) if adapter == "openai" else message(text)))
         with pytest.raises(ReplyError, match=error) as raised:
@@ -342,12 +391,19 @@ def test_malformed_json_replies_are_clear_errors(api, adapter, tmp_path):
     assert len(cache) == 0 and len(api.received) == len(MALFORMED)  # not retried, not stored
 
 
-@pytest.mark.parametrize("adapter, header", [
-    ("openai", {"retry-after": "0.2"}), ("openai", {"retry-after-ms": "200"}), ("anthropic", {"retry-after": "0.2"}),
-])
+@pytest.mark.parametrize(
+    "adapter, header",
+    [
+        ("openai", {"retry-after": "0.2"}),
+        ("openai", {"retry-after-ms": "200"}),
+        ("anthropic", {"retry-after": "0.2"}),
+    ],
+)
 def test_a_rate_limit_is_retried_after_the_wait_it_asks_for(api, adapter, header):
     text = '{"refund": 0.5, "escalate": 0.25, "close": 0.25}'
-    api.script.append(Reply({"error": {"message": "slow down", "type": "rate_limit_error"}}, 429, header))
+    api.script.append(
+        Reply({"error": {"message": "slow down", "type": "rate_limit_error"}}, 429, header)
+    )
     api.script.append(Reply(chat(text) if adapter == "openai" else message(text)))
     scorer = openai_scorer(api, mode="json") if adapter == "openai" else anthropic_scorer(api)
     start = time.monotonic()
@@ -361,15 +417,23 @@ def test_a_rate_limit_is_retried_after_the_wait_it_asks_for(api, adapter, header
 def test_server_errors_give_up_after_the_retries(api, adapter):
     for _ in range(3):
         api.script.append(Reply({"error": {"message": "boom", "type": "api_error"}}, 500))
-    scorer = openai_scorer(api, retry=Retry(attempts=3, backoff=0.01)) if adapter == "openai" else anthropic_scorer(
-        api, retry=Retry(attempts=3, backoff=0.01))
-    with pytest.raises(ScorerError, match=r"on step 'route'.*gave up after 3 attempt\(s\); the last failed with: HTTP 500"):
+    scorer = (
+        openai_scorer(api, retry=Retry(attempts=3, backoff=0.01))
+        if adapter == "openai"
+        else anthropic_scorer(api, retry=Retry(attempts=3, backoff=0.01))
+    )
+    with pytest.raises(
+        ScorerError,
+        match=r"on step 'route'.*gave up after 3 attempt\(s\); the last failed with: HTTP 500",
+    ):
         scorer.score([ROUTE])
     assert len(api.received) == 3 and (scorer.meter.attempts, scorer.meter.retries) == (3, 2)
 
 
 def test_a_client_error_is_not_retried(api):
-    api.script.append(Reply({"error": {"message": "no such model", "type": "invalid_request_error"}}, 404))
+    api.script.append(
+        Reply({"error": {"message": "no such model", "type": "invalid_request_error"}}, 404)
+    )
     scorer = openai_scorer(api)
     with pytest.raises(ScorerError, match="HTTP 404 for step 'route'"):
         scorer.score([ROUTE])
@@ -382,10 +446,18 @@ def test_a_slow_server_times_out(api):
     (it holds them for 60 s), not from an upper bound on the clock."""
     for _ in range(2):
         api.script.append(Reply(chat("A", {"A": 0.0}), delay=60.0))
-    scorer = OpenAIScorer("test-model", base_url=f"{api.url}/v1", api_key="test", timeout=0.3,
-                          retry=Retry(attempts=2, backoff=0.0))
+    scorer = OpenAIScorer(
+        "test-model",
+        base_url=f"{api.url}/v1",
+        api_key="test",
+        timeout=0.3,
+        retry=Retry(attempts=2, backoff=0.0),
+    )
     start = time.monotonic()
-    with pytest.raises(ScorerError, match=r"gave up after 2 attempt\(s\); the last failed with: no reply within the timeout of 0.3 s"):
+    with pytest.raises(
+        ScorerError,
+        match=r"gave up after 2 attempt\(s\); the last failed with: no reply within the timeout of 0.3 s",
+    ):
         scorer.score([ROUTE])
     assert time.monotonic() - start >= 0.6
     deadline = time.monotonic() + 30  # the server may read the second request late
@@ -397,6 +469,7 @@ def test_a_slow_server_times_out(api):
 def test_concurrency_is_limited(api):
     """The server holds each request until three are in flight (or all 8 have come), so
     the most in flight is 3 whatever the load, and a limit that let more through would show."""
+
     def model(body):
         deadline = time.monotonic() + 30
         while api.in_flight < 3 and len(api.received) < 8 and time.monotonic() < deadline:
@@ -415,15 +488,33 @@ def _scored_run(scorer):
     plan_opts, reply_opts = ("search", "answer"), ("cite", "guess", "refuse")
     requests = [
         Request("plan", "factual", {"question": "When does the café open?"}, plan_opts),
-        Request("plan", "fix", {"question": "When does the café open?", "hint": "check the hours"}, plan_opts),
+        Request(
+            "plan",
+            "fix",
+            {"question": "When does the café open?", "hint": "check the hours"},
+            plan_opts,
+        ),
         Request("reply", "factual", {"draft": "It opens at 9."}, reply_opts),
         Request("reply", "fix", {"draft": "It opens at 9.", "hint": "quote the page"}, reply_opts),
     ]
     plan_f, plan_x, reply_f, reply_x = (tuple(row.tolist()) for row in scorer.score(requests))
-    plan = bj.traces.Step("plan", agent="Planner", options=plan_opts, logits={"factual": plan_f, "fix": plan_x},
-                          accept=("search",), choice="answer")
-    reply = bj.traces.Step("reply", agent="Writer", parents=("plan",), options=reply_opts,
-                           logits={"factual": reply_f, "fix": reply_x}, accept=("cite",), choice="guess")
+    plan = bj.traces.Step(
+        "plan",
+        agent="Planner",
+        options=plan_opts,
+        logits={"factual": plan_f, "fix": plan_x},
+        accept=("search",),
+        choice="answer",
+    )
+    reply = bj.traces.Step(
+        "reply",
+        agent="Writer",
+        parents=("plan",),
+        options=reply_opts,
+        logits={"factual": reply_f, "fix": reply_x},
+        accept=("cite",),
+        choice="guess",
+    )
     run = bj.traces.Run("r0", (plan, reply), passed=False)
     return requests, bj.traces.blame_runs([run], key=3, num_worlds=8)
 
@@ -437,18 +528,31 @@ def test_offline_replay_gives_the_same_logits_and_blame_bit_for_bit(api, tmp_pat
     assert online.meter.hits == 4 and len(api.received) == 4
     url = api.url
     api.close()  # no server from here on
-    offline = OpenAIScorer("test-model", base_url=f"{url}/v1", api_key="test", cache=Cache(path, offline=True))
+    offline = OpenAIScorer(
+        "test-model", base_url=f"{url}/v1", api_key="test", cache=Cache(path, offline=True)
+    )
     replayed = offline.score(requests)
     assert all(a.tobytes() == b.tobytes() for a, b in zip(logits, replayed))
     _, again = _scored_run(offline)
     assert offline.meter.calls == 0 and offline.meter.attempts == 0
     assert np.asarray(blamed.result.shapley).tobytes() == np.asarray(again.result.shapley).tobytes()
     for field in ("banzhaf", "empty", "full"):
-        assert np.asarray(getattr(blamed.result, field)).tobytes() == np.asarray(getattr(again.result, field)).tobytes()
-    with pytest.raises(OfflineMiss, match=r"scores\.sqlite holds no score of OpenAIScorer\(model='test-model', mode='logprobs'\) for step 'plan', variant 'other'"):
+        assert (
+            np.asarray(getattr(blamed.result, field)).tobytes()
+            == np.asarray(getattr(again.result, field)).tobytes()
+        )
+    with pytest.raises(
+        OfflineMiss,
+        match=r"scores\.sqlite holds no score of OpenAIScorer\(model='test-model', mode='logprobs'\) for step 'plan', variant 'other'",
+    ):
         offline.score([requests[0]._replace(variant="other")])
-    changed = OpenAIScorer("test-model", base_url=f"{url}/v1", api_key="test", template="{options}?",
-                           cache=Cache(path, offline=True))
+    changed = OpenAIScorer(
+        "test-model",
+        base_url=f"{url}/v1",
+        api_key="test",
+        template="{options}?",
+        cache=Cache(path, offline=True),
+    )
     with pytest.raises(OfflineMiss):  # another prompt template is another key
         changed.score(requests[:1])
 
@@ -466,5 +570,7 @@ def test_adapter_arguments_are_checked():
         OpenAIScorer("m", meter={})
     many = Request("s", "factual", "", tuple(f"o{i}" for i in range(21)))
     with pytest.raises(ValueError, match="at most 20.*use mode='json'"):
-        OpenAIScorer("m", api_key="x", base_url="http://127.0.0.1:9/v1", retry=Retry(attempts=1)).score([many])
+        OpenAIScorer(
+            "m", api_key="x", base_url="http://127.0.0.1:9/v1", retry=Retry(attempts=1)
+        ).score([many])
     assert isinstance(Meter(), Meter)

@@ -12,14 +12,34 @@ import pytest
 import blamejax as bj
 from blamejax.scorers import FunctionScorer, Request, fill_lazily
 
-OPTIONS = {"plan": ("search", "answer", "ask"), "look": ("web", "docs"), "reply": ("cite", "guess", "refuse")}
+OPTIONS = {
+    "plan": ("search", "answer", "ask"),
+    "look": ("web", "docs"),
+    "reply": ("cite", "guess", "refuse"),
+}
 
 
 def _runs(num_runs):
-    plan = bj.traces.Step("plan", agent="Planner", options=OPTIONS["plan"], accept=("search", "ask"), choice="answer")
-    look = bj.traces.Step("look", agent="Searcher", parents=("plan",), given="plan", options=OPTIONS["look"], choice="web")
-    reply = bj.traces.Step("reply", agent="Writer", parents=("look",), given="look", options=OPTIONS["reply"],
-                           accept=("cite",), choice="guess")
+    plan = bj.traces.Step(
+        "plan", agent="Planner", options=OPTIONS["plan"], accept=("search", "ask"), choice="answer"
+    )
+    look = bj.traces.Step(
+        "look",
+        agent="Searcher",
+        parents=("plan",),
+        given="plan",
+        options=OPTIONS["look"],
+        choice="web",
+    )
+    reply = bj.traces.Step(
+        "reply",
+        agent="Writer",
+        parents=("look",),
+        given="look",
+        options=OPTIONS["reply"],
+        accept=("cite",),
+        choice="guess",
+    )
     return [bj.traces.Run(f"r{i}", (plan, look, reply), passed=False) for i in range(num_runs)]
 
 
@@ -53,7 +73,8 @@ def _full(runs):
                     logits[variant] = tuple(_logits(_request(run, step, variant, None)).tolist())
                 else:
                     logits[variant] = tuple(
-                        tuple(_logits(_request(run, step, variant, p)).tolist()) for p in steps[step.given].options
+                        tuple(_logits(_request(run, step, variant, p)).tolist())
+                        for p in steps[step.given].options
                     )
             new.append(bj.traces.Step(**{**step.__dict__, "logits": logits}))
         out.append(bj.traces.Run(run.run, tuple(new), passed=False))
@@ -89,19 +110,31 @@ def test_lazy_filling_scores_exactly_the_reached_rows():
     scorer = FunctionScorer(_logits)
     fill = fill_lazily(runs, scorer, _request, key=5, num_worlds=num_worlds)
     full = bj.traces.trace_cases(_full(runs))
-    worlds = bj.inferred_worlds(full.pipeline, full.cases, full.observed, bj.noise.as_key(5), num_worlds)
+    worlds = bj.inferred_worlds(
+        full.pipeline, full.cases, full.observed, bj.noise.as_key(5), num_worlds
+    )
     reached = _reached(full, worlds)
-    scored = {(int(f), name, int(v), int(g)) for name, k in fill.known.items() for f, v, g in zip(*np.nonzero(k))}
+    scored = {
+        (int(f), name, int(v), int(g))
+        for name, k in fill.known.items()
+        for f, v, g in zip(*np.nonzero(k))
+    }
     assert scored == reached
-    assert fill.calls == len(reached) == scorer.meter.calls <= fill.naive == num_runs * 2 * (1 + 3 + 2)
+    assert (
+        fill.calls == len(reached) == scorer.meter.calls <= fill.naive == num_runs * 2 * (1 + 3 + 2)
+    )
     assert fill.calls < fill.naive
-    for (f, name, v, g) in reached:  # the scored rows are the full tables' rows
+    for f, name, v, g in reached:  # the scored rows are the full tables' rows
         table = np.asarray(full.cases["logits"][name][f, v])
         got = np.asarray(fill.cases.cases["logits"][name][f, v])
-        np.testing.assert_array_equal(got if table.ndim == 1 else got[g], table if table.ndim == 1 else table[g])
+        np.testing.assert_array_equal(
+            got if table.ndim == 1 else got[g], table if table.ndim == 1 else table[g]
+        )
     exact = fill.blame()
     truth = bj.traces.blame_runs(full, key=5, num_worlds=num_worlds)
-    np.testing.assert_array_equal(np.asarray(exact.result.shapley), np.asarray(truth.result.shapley))
+    np.testing.assert_array_equal(
+        np.asarray(exact.result.shapley), np.asarray(truth.result.shapley)
+    )
 
 
 @pytest.mark.slow
@@ -111,7 +144,9 @@ def test_monte_carlo_blame_of_a_lazy_fill_equals_that_of_the_full_tables():
     full = bj.traces.trace_cases(_full(runs))
     budget = 10 * num_worlds  # 4 permutations: 2 W + 4 W (n - 1), n = 3
     mc = fill.blame(estimator="mc", max_evaluations=budget, stop=())
-    mc_truth = bj.traces.blame_runs(full, key=5, num_worlds=num_worlds, estimator="mc", max_evaluations=budget, stop=())
+    mc_truth = bj.traces.blame_runs(
+        full, key=5, num_worlds=num_worlds, estimator="mc", max_evaluations=budget, stop=()
+    )
     np.testing.assert_array_equal(np.asarray(mc.result.values), np.asarray(mc_truth.result.values))
 
 
@@ -134,13 +169,24 @@ def test_a_130_step_run_is_filled_and_blamed_exactly():
     steps = []
     for i in range(n):
         given = None if i == 0 else f"d{i - 1}"
-        steps.append(bj.traces.Step(f"d{i}", agent=f"agent{i % 3}", parents=() if given is None else (given,),
-                                    given=given, options=options, accept=("a", "b"), choice="c" if i == 77 else "a"))
+        steps.append(
+            bj.traces.Step(
+                f"d{i}",
+                agent=f"agent{i % 3}",
+                parents=() if given is None else (given,),
+                given=given,
+                options=options,
+                accept=("a", "b"),
+                choice="c" if i == 77 else "a",
+            )
+        )
     runs = [bj.traces.Run("long", tuple(steps), passed=False)]
     fill = fill_lazily(runs, FunctionScorer(_logits), _request, key=2, num_worlds=4)
     assert fill.calls <= fill.naive == n * 2 * 3 - 2 * 2  # the first step has no given step
     blamed = fill.blame()
     assert blamed.result.method == "structured" and len(blamed.result.steps) == n
     truth = bj.traces.blame_runs(bj.traces.trace_cases(_full(runs)), key=2, num_worlds=4)
-    np.testing.assert_allclose(np.asarray(blamed.result.shapley), np.asarray(truth.result.shapley), atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(blamed.result.shapley), np.asarray(truth.result.shapley), atol=1e-6
+    )
     assert np.abs(np.asarray(truth.result.shapley)).max() > 1e-3

@@ -30,7 +30,9 @@ def test_bernstein_by_hand():
         0.13513615 + 0.17214771, rel=1e-7
     )
     # The range enters only the second term, linearly: R = 1 takes half of 0.17214771 off.
-    diff = bj.stats.bernstein_radius(101, 0.25, 2.0, 0.1) - bj.stats.bernstein_radius(101, 0.25, 1.0, 0.1)
+    diff = bj.stats.bernstein_radius(101, 0.25, 2.0, 0.1) - bj.stats.bernstein_radius(
+        101, 0.25, 1.0, 0.1
+    )
     assert diff == pytest.approx(0.17214771 / 2, rel=1e-7)
     # Zero variance leaves only the range term: t = 2, R = 1, delta = 0.4: 7 ln 10 / 3 = 5.3726985
     assert bj.stats.bernstein_radius(2, 0.0, 1.0, 0.4) == pytest.approx(5.3726985, rel=1e-7)
@@ -59,7 +61,9 @@ def test_numpy_and_jax_agree(name):
     fn = fns[name]
     host = fn(t, var, delta)
     device = jax.jit(fn)(
-        jnp.asarray(t), jnp.asarray(var, jnp.result_type(float)), jnp.asarray(delta, jnp.result_type(float))
+        jnp.asarray(t),
+        jnp.asarray(var, jnp.result_type(float)),
+        jnp.asarray(delta, jnp.result_type(float)),
     )
     np.testing.assert_allclose(np.asarray(device), host, rtol=1e-5)
 
@@ -108,9 +112,13 @@ def test_top1_rule():
     lower = values - 0.1
     upper = values + 0.1
     # row 0: 0.5 > 0.3 and 0.5 > 0.2: separated; row 1: 0.5 < 0.65: not; row 2: tie: not
-    np.testing.assert_array_equal(bj.stats.top1_separated(values, lower, upper), [True, False, False])
+    np.testing.assert_array_equal(
+        bj.stats.top1_separated(values, lower, upper), [True, False, False]
+    )
     # a margin resolves the tie in row 2: 0.4 > 0.6 - 0.21 holds, 0.4 > 0.6 - 0.19 does not
-    np.testing.assert_array_equal(bj.stats.top1_separated(values, lower, upper, 0.21), [True, True, True])
+    np.testing.assert_array_equal(
+        bj.stats.top1_separated(values, lower, upper, 0.21), [True, True, True]
+    )
     np.testing.assert_array_equal(
         bj.stats.top1_separated(values, lower, upper, 0.19), [True, True, False]
     )
@@ -126,7 +134,9 @@ def test_ranking_and_width_rules():
     lower = values - 0.1
     upper = values + 0.1
     np.testing.assert_array_equal(bj.stats.ranking_separated(values, lower, upper), [True, False])
-    np.testing.assert_array_equal(bj.stats.ranking_separated(values, lower, upper, 0.16), [True, True])
+    np.testing.assert_array_equal(
+        bj.stats.ranking_separated(values, lower, upper, 0.16), [True, True]
+    )
     np.testing.assert_array_equal(bj.stats.widths_below(lower, upper, 0.201), [True, True])
     np.testing.assert_array_equal(bj.stats.widths_below(lower, upper, 0.199), [False, False])
 
@@ -174,7 +184,10 @@ def test_checkpoints_decided_at_once_equal_one_at_a_time(rule):
         marks = (1,) + bj.stats.checkpoints(2 + trial % 3, 1.3, 80)  # t = 1: a batch of one failure
         ks = np.arange(1, len(marks) + 1)
         at_once = bj.stats._across_failures.top_separated_at(values, marks, ks, rule, 0.1, 2.0)
-        one_by_one = [t >= 2 and bj.stats.checkpoint_interval(values[:t], k, rule, 0.1, 2.0)[3] for k, t in zip(ks, marks)]
+        one_by_one = [
+            t >= 2 and bj.stats.checkpoint_interval(values[:t], k, rule, 0.1, 2.0)[3]
+            for k, t in zip(ks, marks)
+        ]
         np.testing.assert_array_equal(at_once, one_by_one)
         decisions += one_by_one
     assert 0 < sum(decisions) < len(decisions)  # both outcomes occur: the comparison is not vacuous

@@ -124,11 +124,19 @@ def test_free_form_pipeline_enumerates_and_says_why_past_max_steps(getkey):
     cases = random_chain_cases(getkey(), 2, num_cases=3)
     result = bj.exact_blame(free_pipeline, cases, bj.recorded_worlds(0, 3))
     assert result.method == "enumerate"
-    with pytest.raises(ValueError, match=r"method='structured'.*step 's1' computes its logits from the option of 's0'"):
+    with pytest.raises(
+        ValueError,
+        match=r"method='structured'.*step 's1' computes its logits from the option of 's0'",
+    ):
         bj.exact_blame(free_pipeline, cases, bj.recorded_worlds(0, 3), method="structured")
-    with pytest.raises(ValueError, match=r"n = 2 steps.*`max_steps` = 1.*step 's1' computes.*mc_shapley"):
+    with pytest.raises(
+        ValueError, match=r"n = 2 steps.*`max_steps` = 1.*step 's1' computes.*mc_shapley"
+    ):
         bj.exact_blame(free_pipeline, cases, bj.recorded_worlds(0, 3), max_steps=1)
-    with pytest.raises(ValueError, match=r"`method` must be one of \['auto', 'structured', 'enumerate'\], got 'exact'"):
+    with pytest.raises(
+        ValueError,
+        match=r"`method` must be one of \['auto', 'structured', 'enumerate'\], got 'exact'",
+    ):
         bj.exact_blame(free_pipeline, cases, bj.recorded_worlds(0, 3), method="exact")
 
 
@@ -140,8 +148,13 @@ def scope_pipeline(ctx, case):
 
 def test_too_wide_a_score_says_so(getkey):
     keys = jr.split(getkey(), 2)
-    cases = dict(tables=[jr.normal(jr.fold_in(keys[0], i), (2, 2, 4)) for i in range(9)], score=jr.uniform(keys[1], (2, 4)))
-    with pytest.raises(ValueError, match=r"the score reads 9 steps .*262,144 joint options, above 65,536"):
+    cases = dict(
+        tables=[jr.normal(jr.fold_in(keys[0], i), (2, 2, 4)) for i in range(9)],
+        score=jr.uniform(keys[1], (2, 4)),
+    )
+    with pytest.raises(
+        ValueError, match=r"the score reads 9 steps .*262,144 joint options, above 65,536"
+    ):
         bj.exact_blame(scope_pipeline, cases, bj.recorded_worlds(0, 2), method="structured")
     assert bj.exact_blame(scope_pipeline, cases, bj.recorded_worlds(0, 2)).method == "enumerate"
 
@@ -180,10 +193,16 @@ def numpy_chain_cases(seed, num_steps, num_cases, num_options):
     minutes at n = 1000)."""
     rng = np.random.default_rng(seed)
     tables = [
-        jnp.asarray(1.5 * rng.standard_normal((num_cases, 2) + ((num_options,) if i else ()) + (num_options,)), jnp.float32)
+        jnp.asarray(
+            1.5
+            * rng.standard_normal((num_cases, 2) + ((num_options,) if i else ()) + (num_options,)),
+            jnp.float32,
+        )
         for i in range(num_steps)
     ]
-    return dict(tables=tables, score=jnp.asarray(rng.uniform(size=(num_cases, num_options)), jnp.float32))
+    return dict(
+        tables=tables, score=jnp.asarray(rng.uniform(size=(num_cases, num_options)), jnp.float32)
+    )
 
 
 def sure(table_of):
@@ -202,8 +221,12 @@ def test_axioms_at_n200(getkey):
     n, num = 200, 2
     cases = numpy_chain_cases(0, n, num_cases=num, num_options=4)
     tables = list(cases["tables"])
-    tables[0] = jnp.broadcast_to(sure(lambda v, x: v)[:, 0], (num, 2, 4)).astype(jnp.float32)  # 1 if fixed
-    tables[1] = jnp.broadcast_to(sure(lambda v, x: min(x + v, 3)), (num, 2, 4, 4)).astype(jnp.float32)  # + 1
+    tables[0] = jnp.broadcast_to(sure(lambda v, x: v)[:, 0], (num, 2, 4)).astype(
+        jnp.float32
+    )  # 1 if fixed
+    tables[1] = jnp.broadcast_to(sure(lambda v, x: min(x + v, 3)), (num, 2, 4, 4)).astype(
+        jnp.float32
+    )  # + 1
     tables[100] = jnp.broadcast_to(tables[100][:, :1], tables[100].shape)  # fix == factual
     cases = dict(cases, tables=tables)
     result = bj.exact_blame(chain_pipeline, cases, bj.fresh_worlds(getkey(), num, 2))
@@ -285,7 +308,9 @@ def trace_like(given, accept_steps):
     def pipeline(ctx, case):
         made = []
         for i, g in enumerate(given):
-            made.append(ctx.choose(f"s{i}", case["tables"][i], given=None if g is None else made[g]))
+            made.append(
+                ctx.choose(f"s{i}", case["tables"][i], given=None if g is None else made[g])
+            )
         value = jnp.ones((), case["accept"][0].dtype)
         for i in accept_steps:
             value = value * made[i].take(case["accept"][i])

@@ -82,7 +82,9 @@ def test_trace_blame_equals_direct_blame_bit_for_bit():
     worlds = bj.inferred_worlds(direct, cases, choices, jr.key(3), 4)
     expected = bj.exact_blame(direct, cases, worlds)
     for field in ("shapley", "banzhaf", "fix_alone", "leave_one_out", "empty", "full", "last_step"):
-        np.testing.assert_array_equal(np.asarray(getattr(out.result, field)), np.asarray(getattr(expected, field)))
+        np.testing.assert_array_equal(
+            np.asarray(getattr(out.result, field)), np.asarray(getattr(expected, field))
+        )
     for ours, theirs in zip(out.worlds.overrides, worlds.overrides):
         np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))
     # The inferred worlds reproduce every observed choice.
@@ -97,20 +99,36 @@ def test_trace_blame_equals_direct_blame_bit_for_bit():
 def test_trace_blame_mc_equals_direct_mc_bit_for_bit():
     cases = _direct_cases(3, seed=1)
     runs, choices = _recorded_runs(cases, seed=2)
-    out = bj.traces.blame_runs(runs, key=5, num_worlds=2, estimator="mc", max_evaluations=200, stop=())
+    out = bj.traces.blame_runs(
+        runs, key=5, num_worlds=2, estimator="mc", max_evaluations=200, stop=()
+    )
     worlds = bj.inferred_worlds(direct, cases, choices, jr.key(5), 2)
-    expected = bj.mc_shapley(direct, cases, worlds, jr.fold_in(jr.key(5), 1), max_evaluations=200, stop=())
+    expected = bj.mc_shapley(
+        direct, cases, worlds, jr.fold_in(jr.key(5), 1), max_evaluations=200, stop=()
+    )
     np.testing.assert_array_equal(np.asarray(out.result.values), np.asarray(expected.values))
     np.testing.assert_array_equal(np.asarray(out.result.lower), np.asarray(expected.lower))
 
 
 def _two_step(s1_rows, s0_choice="bad", s1_choice="bad", passed=False, fix1=None):
     """s0 picks good/bad; s1 (given s0) picks ok/bad; the run passes iff s1 says ok."""
-    s0 = Step("s0", agent="A", options=("good", "bad"),
-              logits={"factual": (0.0, 0.0), "fix": (0.0, NEG)}, choice=s0_choice)
-    s1 = Step("s1", agent="B", parents=("s0",), given="s0", options=("ok", "bad"),
-              logits={"factual": s1_rows, "fix": fix1 or ((0.0, NEG), (0.0, NEG))},
-              accept=("ok",), choice=s1_choice)
+    s0 = Step(
+        "s0",
+        agent="A",
+        options=("good", "bad"),
+        logits={"factual": (0.0, 0.0), "fix": (0.0, NEG)},
+        choice=s0_choice,
+    )
+    s1 = Step(
+        "s1",
+        agent="B",
+        parents=("s0",),
+        given="s0",
+        options=("ok", "bad"),
+        logits={"factual": s1_rows, "fix": fix1 or ((0.0, NEG), (0.0, NEG))},
+        accept=("ok",),
+        choice=s1_choice,
+    )
     return Run("two", (s0, s1), passed=passed)
 
 
@@ -153,7 +171,9 @@ def test_user_score_equals_default_rule():
     default = bj.traces.blame_runs([run], num_worlds=4)
     score = lambda choices: (choices["s1"].index == 0).astype(jnp.float32)
     custom = bj.traces.blame_runs([run], num_worlds=4, score=score)
-    np.testing.assert_array_equal(np.asarray(default.result.shapley), np.asarray(custom.result.shapley))
+    np.testing.assert_array_equal(
+        np.asarray(default.result.shapley), np.asarray(custom.result.shapley)
+    )
 
 
 def test_equal_runs_reuse_the_compiled_functions():
@@ -171,9 +191,22 @@ def test_equal_runs_reuse_the_compiled_functions():
 
 def test_runs_with_different_steps_are_grouped_or_refused():
     one = _two_step(((0.0, NEG), (NEG, 0.0)))
-    other = Run("other", (Step("t0", options=("x", "y"), logits={"factual": (0.0, 0.0), "fix": (1.0, 0.0)},
-                                accept=("x",), choice="y"),), passed=False)
-    with pytest.raises(ValueError, match=r"'two' and 'other' have different drawn steps.*group_runs"):
+    other = Run(
+        "other",
+        (
+            Step(
+                "t0",
+                options=("x", "y"),
+                logits={"factual": (0.0, 0.0), "fix": (1.0, 0.0)},
+                accept=("x",),
+                choice="y",
+            ),
+        ),
+        passed=False,
+    )
+    with pytest.raises(
+        ValueError, match=r"'two' and 'other' have different drawn steps.*group_runs"
+    ):
         bj.traces.trace_cases([one, other])
     groups = bj.traces.group_runs([one, other, one])
     assert [[r.run for r in g] for g in groups] == [["two", "two"], ["other"]]
@@ -208,12 +241,20 @@ def test_bad_traces_get_clear_errors():
     with pytest.raises(ValueError, match=r"run 'two', step 's1'.*'ok' has factual logit -inf"):
         bj.traces.trace_cases([_two_step(((0.0, NEG), (NEG, 0.0)), s1_choice="ok")])
     s0 = Step("s0", options=("a", "b"), choice="a")
-    s1 = Step("s1", parents=("s0",), given="s0", options=("a", "b"),
-              logits={"factual": ((0.0, 0.0), (0.0, 0.0)), "fix": ((0.0, 0.0), (0.0, 0.0))},
-              accept=("a",), choice="a")
+    s1 = Step(
+        "s1",
+        parents=("s0",),
+        given="s0",
+        options=("a", "b"),
+        logits={"factual": ((0.0, 0.0), (0.0, 0.0)), "fix": ((0.0, 0.0), (0.0, 0.0))},
+        accept=("a",),
+        choice="a",
+    )
     with pytest.raises(ValueError, match=r"step 's1': it is given step 's0', which is not drawn"):
         bj.traces.trace_cases([Run("g", (s0, s1), passed=False)])
-    plain = Step("s0", options=("a", "b"), logits={"factual": (0.0, 0.0), "fix": (0.0, 0.0)}, choice="a")
+    plain = Step(
+        "s0", options=("a", "b"), logits={"factual": (0.0, 0.0), "fix": (0.0, 0.0)}, choice="a"
+    )
     with pytest.raises(ValueError, match=r"no drawn step has `accept` labels.*give `score=`"):
         bj.traces.trace_cases([Run("n", (plain,), passed=False)])
     with pytest.raises(ValueError, match=r"no decision step with options, logits and a choice"):
@@ -254,10 +295,15 @@ def _exact(shapley, fix_alone, empty=0.0, full=1.0):
     n = len(shapley)
     return bj.ExactResult(
         steps=tuple(f"s{i}" for i in range(n)),
-        shapley=jnp.asarray([shapley]), banzhaf=jnp.asarray([shapley]),
-        fix_alone=jnp.asarray([fix_alone]), leave_one_out=jnp.asarray([shapley]),
-        interactions=None, empty=jnp.asarray([empty]), full=jnp.asarray([full]),
-        last_step=jnp.zeros((1, 1), jnp.int32), score_range=(0.0, 1.0),
+        shapley=jnp.asarray([shapley]),
+        banzhaf=jnp.asarray([shapley]),
+        fix_alone=jnp.asarray([fix_alone]),
+        leave_one_out=jnp.asarray([shapley]),
+        interactions=None,
+        empty=jnp.asarray([empty]),
+        full=jnp.asarray([full]),
+        last_step=jnp.zeros((1, 1), jnp.int32),
+        score_range=(0.0, 1.0),
     )
 
 
@@ -278,8 +324,9 @@ def test_readout_ties_within_the_tolerance_only():
 @pytest.mark.slow
 def test_readout_of_monte_carlo_and_batch_results():
     cases = bj.demos.refund_cases(num_cases=2)
-    mc = bj.mc_shapley(bj.demos.refund_pipeline, cases, bj.recorded_worlds(0, 2), 0,
-                       max_evaluations=400, stop=())
+    mc = bj.mc_shapley(
+        bj.demos.refund_pipeline, cases, bj.recorded_worlds(0, 2), 0, max_evaluations=400, stop=()
+    )
     read = bj.traces.readout(mc, REFUND_AGENTS, failure=1)
     np.testing.assert_array_equal(read.per_step, np.asarray(mc.values[1], np.float64))
     assert read.earliest_repair is None and "no fix-alone" in read.repair_note
@@ -296,7 +343,9 @@ def test_readout_errors():
         bj.traces.readout(result, failure=1)
     with pytest.raises(ValueError, match=r"`agents` names steps \['nope'\]"):
         bj.traces.readout(result, {"nope": "A"})
-    with pytest.raises(TypeError, match=r"`result` must be an ExactResult, MCResult or BatchResult"):
+    with pytest.raises(
+        TypeError, match=r"`result` must be an ExactResult, MCResult or BatchResult"
+    ):
         bj.traces.readout({"shapley": 1})
     with pytest.raises(ValueError, match=r"`tolerance` must be a finite number >= 0"):
         bj.traces.readout(result, tolerance=-1.0)

@@ -20,7 +20,8 @@ from blamejax.traces import Prediction, Run, Step
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 WHOWHEN = ROOT.parent / "shared" / "data" / "whowhen" / "algorithm-generated"
 needs_data = pytest.mark.skipif(
-    not WHOWHEN.is_dir(), reason=f"the Who&When data is not at {WHOWHEN} (it ships beside the repository, not in it)"
+    not WHOWHEN.is_dir(),
+    reason=f"the Who&When data is not at {WHOWHEN} (it ships beside the repository, not in it)",
 )
 NEG = float("-inf")
 
@@ -41,7 +42,13 @@ def test_scores_by_hand():
     guesses = {"r0": Prediction("B", 3), "r1": Prediction("B", 0), "r2": Prediction(None, 2)}
     ev = bj.traces.evaluate(RUNS, guesses, method="m")
     # agent: r0 right, r1 wrong, r2 none (wrong); step: r0 off by 2, r1 right, r2 right.
-    assert [ev.score(n).correct for n in ("agent", "step", "step ±1", "step ±3", "step ±5")] == [1, 2, 2, 3, 3]
+    assert [ev.score(n).correct for n in ("agent", "step", "step ±1", "step ±3", "step ±5")] == [
+        1,
+        2,
+        2,
+        3,
+        3,
+    ]
     assert ev.missing_agent == ("r2",) and ev.missing_step == () and ev.num_runs == 3
     low, high = bj.stats.wilson_interval(2, 3, delta=0.05)
     assert (ev.score("step").low, ev.score("step").high) == (float(low), float(high))
@@ -62,9 +69,13 @@ def test_random_baseline_equals_every_guess_enumerated():
     expected = {}
     for run in RUNS:
         agents, num = run.agents, len(run.steps)
-        hits = {"agent": fractions.Fraction(sum(a == run.decisive_agent for a in agents), len(agents))}
+        hits = {
+            "agent": fractions.Fraction(sum(a == run.decisive_agent for a in agents), len(agents))
+        }
         for name, k in (("step", 0), ("step ±1", 1), ("step ±3", 3), ("step ±5", 5)):
-            hits[name] = fractions.Fraction(sum(abs(j - run.decisive_step) <= k for j in range(num)), num)
+            hits[name] = fractions.Fraction(
+                sum(abs(j - run.decisive_step) <= k for j in range(num)), num
+            )
         for name, value in hits.items():
             expected[name] = expected.get(name, 0) + value
     ev = bj.traces.random_baseline(RUNS)
@@ -83,7 +94,11 @@ def test_first_last_and_most_frequent_baselines_by_hand():
     # first: (A, 0) (A, 0) (C, 0): agent right in r1, step right in r1.
     assert (first.score("agent").correct, first.score("step").correct) == (1, 1)
     # last: (A, 4) (B, 1) (D, 2): agent right in r2, step right in r2; ±3: r0 (|4-1| = 3), r1, r2.
-    assert (last.score("agent").correct, last.score("step").correct, last.score("step ±3").correct) == (1, 1, 3)
+    assert (
+        last.score("agent").correct,
+        last.score("step").correct,
+        last.score("step ±3").correct,
+    ) == (1, 1, 3)
     # most frequent: A (3 of 5), A (tie A/B: the first to act), C: right in r1 only; no step.
     assert frequent.score("agent").correct == 1 and len(frequent.missing_step) == 3
 
@@ -119,7 +134,11 @@ def test_predictions_file_errors(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(ValueError, match=r"bad.json': not valid JSON"):
         bj.traces.load_predictions(bad, RUNS)
-    bad.write_text(json.dumps({"r0": {"step": 1.0}, "zz": {"agent": "A"}, "r1": {"agent": 3}, "r2": {"who": "A"}}))
+    bad.write_text(
+        json.dumps(
+            {"r0": {"step": 1.0}, "zz": {"agent": "A"}, "r1": {"agent": 3}, "r2": {"who": "A"}}
+        )
+    )
     with pytest.raises(ValueError) as error:
         bj.traces.load_predictions(bad, RUNS)
     message = str(error.value)
@@ -128,7 +147,9 @@ def test_predictions_file_errors(tmp_path):
     assert "['r1'].agent: expected a string or null, got 3" in message
     assert "['r2']: unknown fields ['who']" in message
     bad.write_text(json.dumps({"r0": {"step": True}}))
-    with pytest.raises(ValueError, match=r"\['r0'\].step: expected an integer step index or null, got True"):
+    with pytest.raises(
+        ValueError, match=r"\['r0'\].step: expected an integer step index or null, got True"
+    ):
         bj.traces.load_predictions(bad, RUNS)
     good = tmp_path / "good.json"
     good.write_text(json.dumps({"r0": {"agent": "B", "step": 1}}))
@@ -146,18 +167,33 @@ def test_runs_without_labels_are_refused_by_name():
 def _logit_run(name):
     """Two decision steps: either fix alone repairs the run (Shapley 1/2 each), so blamejax
     names the earliest repairing step, s0 (agent A)."""
-    s0 = Step("s0", agent="A", options=("good", "bad"), logits={"factual": (0.0, 0.0), "fix": (0.0, NEG)}, choice="bad")
+    s0 = Step(
+        "s0",
+        agent="A",
+        options=("good", "bad"),
+        logits={"factual": (0.0, 0.0), "fix": (0.0, NEG)},
+        choice="bad",
+    )
     talk = Step("talk", agent="B", output="free text")
-    s1 = Step("s1", agent="B", parents=("s0",), given="s0", options=("ok", "bad"),
-              logits={"factual": ((0.0, NEG), (NEG, 0.0)), "fix": ((0.0, NEG), (0.0, NEG))},
-              accept=("ok",), choice="bad")
+    s1 = Step(
+        "s1",
+        agent="B",
+        parents=("s0",),
+        given="s0",
+        options=("ok", "bad"),
+        logits={"factual": ((0.0, NEG), (NEG, 0.0)), "fix": ((0.0, NEG), (0.0, NEG))},
+        accept=("ok",),
+        choice="bad",
+    )
     return Run(name, (s0, talk, s1), passed=False, decisive_agent="A", decisive_step=0)
 
 
 def test_command_scores_a_trace_file_with_blamejax_beside_the_baselines(tmp_path, capsys):
     path = tmp_path / "runs.jsonl"
     bj.traces.write(path, [_logit_run("a"), _logit_run("b"), *RUNS])
-    predictions, left = bj.traces.blame_predictions(bj.traces.read(path), key=0, num_worlds=8)  # the command's W: compiled once
+    predictions, left = bj.traces.blame_predictions(
+        bj.traces.read(path), key=0, num_worlds=8
+    )  # the command's W: compiled once
     assert predictions == {"a": Prediction("A", 0), "b": Prediction("A", 0)}
     assert left == ("r0", "r1", "r2")
     guesses = tmp_path / "guesses.json"
@@ -194,7 +230,10 @@ def test_command_errors_name_the_file_and_field(tmp_path, capsys):
 def test_module_command_on_the_shipped_half():
     out = subprocess.run(
         [sys.executable, "-m", "blamejax", "whowhen", str(WHOWHEN), "--substring"],
-        capture_output=True, text=True, timeout=300, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
     )
     assert out.returncode == 0, out.stderr
     assert "Who&When evaluation of 126 runs" in out.stdout

@@ -20,9 +20,9 @@ DATA = Path(__file__).parent / "data" / "traces"
 SDK = DATA / "sdk"
 # the trace every SDK fixture holds (the Collector's, protobuf's and the console's files
 # hold the same spans); the OpenInference file holds another
-TRACE = json.loads((SDK / "collector" / "spans.json").read_text().split("\n")[0])[
-    "resourceSpans"
-][0]["scopeSpans"][0]["spans"][0]["traceId"]
+TRACE = json.loads((SDK / "collector" / "spans.json").read_text().split("\n")[0])["resourceSpans"][
+    0
+]["scopeSpans"][0]["spans"][0]["traceId"]
 OPENINFERENCE_TRACE = json.loads((SDK / "openinference" / "spans.ndjson").read_text())[
     "resourceSpans"
 ][0]["scopeSpans"][0]["spans"][0]["traceId"]
@@ -128,7 +128,8 @@ def test_console_span_exporter_output(tmp_path):
 def test_logs_and_spans_in_one_file(tmp_path):
     path = tmp_path / "all.jsonl"
     path.write_text(
-        (SDK / "collector" / "logs.json").read_text() + (SDK / "collector" / "spans.json").read_text()
+        (SDK / "collector" / "logs.json").read_text()
+        + (SDK / "collector" / "spans.json").read_text()
     )
     [run] = T.from_otel(path, outcomes={TRACE: False})
     assert [s.output for s in run.steps] == OUTPUTS
@@ -205,11 +206,15 @@ def test_outcome_from_a_root_attribute(tmp_path):
     (tmp_path / "a.json").write_text(_export(_span("a", "agent", status=1, outcome__passed=False)))
     [run] = T.from_otel(tmp_path / "a.json")
     assert run.passed is False and run.extra["outcome_from"] == "outcome attributes"
-    (tmp_path / "a.json").write_text(_export(_span("a", "agent", outcome__score=0.5, outcome__passed=True)))
+    (tmp_path / "a.json").write_text(
+        _export(_span("a", "agent", outcome__score=0.5, outcome__passed=True))
+    )
     [run] = T.from_openinference(tmp_path / "a.json")
     assert (run.score, run.passed) == (0.5, True)
     (tmp_path / "a.json").write_text(_export(_span("a", "agent", outcome__passed="no")))
-    with pytest.raises(T.TraceError, match=r'span\[a\]\.outcome\.passed: expected true or false, got "no"'):
+    with pytest.raises(
+        T.TraceError, match=r'span\[a\]\.outcome\.passed: expected true or false, got "no"'
+    ):
         T.from_otel(tmp_path / "a.json")
 
 
@@ -225,11 +230,17 @@ def test_outcome_from_an_evaluation_result_event_or_log(tmp_path):
     path = tmp_path / "a.json"
     path.write_text(_export(_span("a", "agent", status=1, events=[evaluation("fail", 0.0)])))
     [run] = T.from_otel(path)
-    assert (run.passed, run.score, run.extra["outcome_from"]) == (False, 0.0, "gen_ai.evaluation.result")
+    assert (run.passed, run.score, run.extra["outcome_from"]) == (
+        False,
+        0.0,
+        "gen_ai.evaluation.result",
+    )
     path.write_text(_export(_span("a", "agent", events=[evaluation("relevant")])))
     with pytest.raises(T.TraceError, match=r"span\[a\]\.events\.gen_ai\.evaluation\.result: neither gen_ai\.evaluation\.score\.label \(\"relevant\"\) says pass or fail"):  # fmt: skip
         T.from_otel(path)
-    path.write_text(_export(_span("a", "agent", events=[evaluation("pass"), evaluation("fail", name="tone")])))
+    path.write_text(
+        _export(_span("a", "agent", events=[evaluation("pass"), evaluation("fail", name="tone")]))
+    )
     with pytest.raises(T.TraceError, match=r"2 gen_ai\.evaluation\.result events on the root span \(\[\"correctness\", \"tone\"\]\)"):  # fmt: skip
         T.from_otel(path)
     # as a log record (the Logs API), joined to the root span by its ids
@@ -249,15 +260,26 @@ def test_outcomes_keyed_by_root_name_or_attribute(tmp_path):
         {**_span("b", "case 2", app__case=18), "traceId": "t2"},
     ]
     (tmp_path / "a.json").write_text(_export(*spans))
-    runs = T.from_otel(tmp_path / "a.json", outcome_key="root_name", outcomes={"case 1": False, "case 2": 1.0})
+    runs = T.from_otel(
+        tmp_path / "a.json", outcome_key="root_name", outcomes={"case 1": False, "case 2": 1.0}
+    )
     assert [(r.run, r.passed, r.score) for r in runs] == [("t1", False, None), ("t2", None, 1.0)]
     runs = T.from_otel(tmp_path / "a.json", outcome_key="app.case", outcomes={17: True, 18: False})
     assert [r.passed for r in runs] == [True, False]
     with pytest.raises(T.TraceError, match=r"outcomes\['case 3'\]: no root span has this name"):
-        T.from_otel(tmp_path / "a.json", outcome_key="root_name", outcomes={"case 1": False, "case 2": True, "case 3": True})
+        T.from_otel(
+            tmp_path / "a.json",
+            outcome_key="root_name",
+            outcomes={"case 1": False, "case 2": True, "case 3": True},
+        )
     with pytest.raises(T.TraceError, match=r"outcomes\[19\]: no root span has this app\.case"):
-        T.from_otel(tmp_path / "a.json", outcome_key="app.case", outcomes={17: True, 18: False, 19: True})
-    with pytest.raises(TypeError, match="outcome_key must be 'trace_id', 'root_name' or the name of a root-span attribute"):
+        T.from_otel(
+            tmp_path / "a.json", outcome_key="app.case", outcomes={17: True, 18: False, 19: True}
+        )
+    with pytest.raises(
+        TypeError,
+        match="outcome_key must be 'trace_id', 'root_name' or the name of a root-span attribute",
+    ):
         T.from_otel(tmp_path / "a.json", outcome_key=None)
 
 
@@ -273,7 +295,11 @@ def test_from_otel_reads_decision_attributes(tmp_path):
     (tmp_path / "a.json").write_text(_export(span))
     [run] = T.from_otel(tmp_path / "a.json")
     [decision] = run.decisions
-    assert (decision.agent, decision.options, decision.choice) == ("Planner", ("search", "answer"), "answer")
+    assert (decision.agent, decision.options, decision.choice) == (
+        "Planner",
+        ("search", "answer"),
+        "answer",
+    )
     attributes.pop()  # options, but no probabilities
     (tmp_path / "a.json").write_text(_export({**span, "attributes": attributes}))
     loaded = T.from_otel(tmp_path / "a.json", errors="collect")
@@ -292,13 +318,17 @@ def test_an_unknown_format_names_the_formats_tried(tmp_path):
         T.from_otel(tmp_path / "a.json")
     [problem] = e.value.problems
     assert (problem.line, problem.field) == (None, "")  # the file is one document
-    assert problem.message.startswith("not a span or log format that blamejax reads; tried OTLP JSON spans")
+    assert problem.message.startswith(
+        "not a span or log format that blamejax reads; tried OTLP JSON spans"
+    )
     assert "ConsoleSpanExporter" in problem.message and 'got {"spans": []}' in problem.message
     run = T.Run("r", (T.Step("s"),), passed=False)
     T.write(tmp_path / "runs.jsonl", [run])
     with pytest.raises(T.TraceError, match="a blamejax trace .*: read it with bj.traces.read"):
         T.from_otel(tmp_path / "runs.jsonl")
-    with pytest.raises(T.TraceError, match="a Who&When log, not spans: read it with bj.traces.from_whowhen"):
+    with pytest.raises(
+        T.TraceError, match="a Who&When log, not spans: read it with bj.traces.from_whowhen"
+    ):
         T.from_openinference(DATA / "whowhen" / "hand-crafted-1.json")
 
 
@@ -325,9 +355,14 @@ def test_log_records_without_their_span(tmp_path):
     ]
     assert loaded.problems[0].message.startswith(f"no span in trace {TRACE} to join it to")
     record = {"body": {"stringValue": "hello"}}  # no trace context at all
-    (tmp_path / "logs.json").write_text(json.dumps({"resourceLogs": [{"scopeLogs": [{"logRecords": [record]}]}]}))
+    (tmp_path / "logs.json").write_text(
+        json.dumps({"resourceLogs": [{"scopeLogs": [{"logRecords": [record]}]}]})
+    )
     (tmp_path / "spans.json").write_text(_export(_span("a", "agent", status=2)))
-    with pytest.raises(T.TraceError, match=r"logs\.json: logRecords\[0\]: no traceId/spanId: a log record that no span holds"):
+    with pytest.raises(
+        T.TraceError,
+        match=r"logs\.json: logRecords\[0\]: no traceId/spanId: a log record that no span holds",
+    ):
         T.from_otel(tmp_path)
 
 
@@ -351,7 +386,10 @@ def test_both_whowhen_dialects_and_halves():
     hand = runs[1]
     record = json.loads((DATA / "whowhen" / "both" / "Hand-Crafted" / "6.json").read_text())
     assert record["is_corrected"] is False and "is_correct" not in record
-    assert hand.decisive_step == int(record["mistake_step"]) and hand.decisive_agent == record["mistake_agent"]
+    assert (
+        hand.decisive_step == int(record["mistake_step"])
+        and hand.decisive_agent == record["mistake_agent"]
+    )
     assert "is_corrected" not in hand.extra and len(hand.steps) == len(record["history"])
     [one] = T.from_whowhen(DATA / "whowhen" / "both" / "Hand-Crafted" / "24.json")
     assert one.run == "24" and one.passed is False
@@ -367,9 +405,13 @@ def test_whowhen_outcome_flags(tmp_path):
     (tmp_path / "1.json").write_text(json.dumps({"history": history, "is_corrected": True}))
     assert T.from_whowhen(tmp_path)[0].passed is True
     (tmp_path / "1.json").write_text(json.dumps({"history": history, "is_corrected": "no"}))
-    with pytest.raises(T.TraceError, match='1.json: is_corrected: expected true or false, got "no"'):
+    with pytest.raises(
+        T.TraceError, match='1.json: is_corrected: expected true or false, got "no"'
+    ):
         T.from_whowhen(tmp_path)
-    (tmp_path / "1.json").write_text(json.dumps({"history": history, "is_corrected": True, "is_correct": False}))
+    (tmp_path / "1.json").write_text(
+        json.dumps({"history": history, "is_corrected": True, "is_correct": False})
+    )
     with pytest.raises(T.TraceError, match="1.json: is_corrected: disagrees with is_correct"):
         T.from_whowhen(tmp_path)
 
@@ -383,14 +425,18 @@ def test_the_whowhen_command_reads_both_halves(capsys):
 
 def test_every_run_imported_here_is_written_and_read_back(tmp_path):
     jsonschema = pytest.importorskip("jsonschema")
-    validator = jsonschema.Draft202012Validator(json.loads(T.SCHEMA_PATH.read_text(encoding="utf-8")))
+    validator = jsonschema.Draft202012Validator(
+        json.loads(T.SCHEMA_PATH.read_text(encoding="utf-8"))
+    )
     runs = [
         *T.from_otel(SDK / "collector", outcomes={TRACE: False}, errors="collect").runs,
         *T.from_whowhen(DATA / "whowhen" / "both"),
     ]
     for folder in ("protobuf", "console"):
         [run] = T.from_otel(SDK / folder, outcomes={TRACE: 0.0})
-        runs.append(bj.traces.Run(f"{folder}-{run.run}", run.steps, run.score, run.passed, extra=run.extra))
+        runs.append(
+            bj.traces.Run(f"{folder}-{run.run}", run.steps, run.score, run.passed, extra=run.extra)
+        )
     runs += T.from_openinference(SDK / "openinference", outcomes={OPENINFERENCE_TRACE: False})
     T.write(tmp_path / "all.jsonl", runs)
     assert T.read(tmp_path / "all.jsonl") == runs
@@ -408,4 +454,6 @@ def test_bad_json_says_how_the_file_was_read(tmp_path):
     )
     (tmp_path / "b.json").write_text('{"resourceSpans": []}\n{"resourceSpans": [\n')
     [problem] = T.from_otel(tmp_path / "b.json", errors="collect").problems
-    assert problem.line == 2 and problem.message.endswith("(read as JSON Lines: one value per line)")
+    assert problem.line == 2 and problem.message.endswith(
+        "(read as JSON Lines: one value per line)"
+    )

@@ -173,7 +173,10 @@ def test_otel_genai_spans_become_steps():
     assert json.loads(chat["attributes"]["gen_ai.input.messages"])[0]["role"] == "user"
     assert "gen_ai.usage.input_tokens" not in chat["attributes"]  # mapped to tokens
     assert failed.steps[4].extra["events"][0]["name"] == "gen_ai.client.inference.operation.details"
-    assert failed.extra == {"resource": {"service.name": "research-crew"}, "outcome_from": "status ERROR"}
+    assert failed.extra == {
+        "resource": {"service.name": "research-crew"},
+        "outcome_from": "status ERROR",
+    }
     assert all(s.options is None for s in failed.steps)
 
 

@@ -125,15 +125,24 @@ def run_pipeline(client, tracer, convention, *, outcome_on_root=False, record=Tr
             with tracer.start_as_current_span(name, attributes=attributes):
                 response = client.chat.completions.create(
                     model="test-model",
-                    messages=[{"role": "system", "content": system(agent, options)},
-                              {"role": "user", "content": QUESTION}],
-                    max_tokens=1, temperature=0.0, logprobs=True, top_logprobs=5,
+                    messages=[
+                        {"role": "system", "content": system(agent, options)},
+                        {"role": "user", "content": QUESTION},
+                    ],
+                    max_tokens=1,
+                    temperature=0.0,
+                    logprobs=True,
+                    top_logprobs=5,
                 )
                 choice = bj.traces.choice_from_response(response, options)
                 if record:
                     bj.traces.record_decision(
-                        step, options, bj.traces.logits_from_response(response, options), choice,
-                        accept=accept, tracer=tracer,
+                        step,
+                        options,
+                        bj.traces.logits_from_response(response, options),
+                        choice,
+                        accept=accept,
+                        tracer=tracer,
                     )
                 passed = passed and choice in accept
         if outcome_on_root:
@@ -152,11 +161,19 @@ def expected_run():
     for agent, step, options, accept in AGENTS:
         logprobs = np.array([FACTUAL[agent][o] for o in options])
         fix = np.array([FIXES[step][letter] for letter in "AB"])
-        steps.append(bj.traces.Step(
-            step, agent=agent, options=options, accept=accept,
-            logits={"factual": tuple(logprobs - np.logaddexp.reduce(logprobs)), "fix": tuple(fix)},
-            choice=max(options, key=lambda o: FACTUAL[agent][o]),
-        ))
+        steps.append(
+            bj.traces.Step(
+                step,
+                agent=agent,
+                options=options,
+                accept=accept,
+                logits={
+                    "factual": tuple(logprobs - np.logaddexp.reduce(logprobs)),
+                    "fix": tuple(fix),
+                },
+                choice=max(options, key=lambda o: FACTUAL[agent][o]),
+            )
+        )
     return bj.traces.Run("expected", tuple(steps), passed=False)
 
 
@@ -170,8 +187,13 @@ def check_blame(runs, tid, api, tmp_path):
     for name, step in decisions.items():
         assert step.agent == expected[name].agent
         assert (step.options, step.choice, step.accept) == (
-            expected[name].options, expected[name].choice, expected[name].accept)
-        np.testing.assert_allclose(step.logits["factual"], expected[name].logits["factual"], rtol=1e-9)
+            expected[name].options,
+            expected[name].choice,
+            expected[name].accept,
+        )
+        np.testing.assert_allclose(
+            step.logits["factual"], expected[name].logits["factual"], rtol=1e-9
+        )
         assert "fix" not in step.logits
     scorer = openai_scorer(api, cache=Cache(str(tmp_path / "fixes.sqlite")))
     [filled] = score_fixes(runs, scorer, request)
@@ -247,7 +269,8 @@ def test_openai_v2_log_records_to_blame(api, providers, tmp_path, monkeypatch):
     folder = tmp_path / "export"
     folder.mkdir()
     tracer = providers(
-        OpenAIInstrumentor(), OTLPJsonLines(folder / "spans.jsonl"),
+        OpenAIInstrumentor(),
+        OTLPJsonLines(folder / "spans.jsonl"),
         OTLPLogsJsonLines(folder / "logs.jsonl"),
     )
     tid, _ = run_pipeline(client_of(api), tracer, "otel")
@@ -267,7 +290,11 @@ def test_openinference_spans_to_blame(api, providers, tmp_path):
     tracer = providers(OpenAIInstrumentor(), OTLPJsonLines(path))
     tid, _ = run_pipeline(client_of(api), tracer, "openinference")
     runs = bj.traces.from_openinference(path, outcomes={tid: False})
-    llm = [s for s in runs[0].steps if s.name == "ChatCompletion" or s.name.startswith("ChatCompletion #")]
+    llm = [
+        s
+        for s in runs[0].steps
+        if s.name == "ChatCompletion" or s.name.startswith("ChatCompletion #")
+    ]
     assert [(s.agent, s.output, s.tokens) for s in llm] == [
         ("Planner", "answer", {"input": 11, "output": 1}),
         ("Researcher", "web", {"input": 11, "output": 1}),
@@ -301,7 +328,8 @@ def test_openinference_logprobs_to_blame(api, providers, tmp_path):
     runs = bj.traces.from_openinference(path, outcomes={tid: False})
     assert runs[0].decisions == ()
     runs = bj.traces.decisions_from_logprobs(
-        runs, {agent: options for agent, _, options, _ in AGENTS},
+        runs,
+        {agent: options for agent, _, options, _ in AGENTS},
         accept={agent: accept for agent, _, _, accept in AGENTS},
     )
     names = ("ChatCompletion", "ChatCompletion #2", "ChatCompletion #3")
@@ -309,10 +337,16 @@ def test_openinference_logprobs_to_blame(api, providers, tmp_path):
     for step, (agent, _, options, _) in zip(runs[0].decisions, AGENTS):
         assert step.logits["factual"] == tuple(FACTUAL[agent][o] for o in options)
         assert step.output == step.choice  # the text and the tokens are kept
-    steps = {"ChatCompletion": "plan", "ChatCompletion #2": "research", "ChatCompletion #3": "write"}
+    steps = {
+        "ChatCompletion": "plan",
+        "ChatCompletion #2": "research",
+        "ChatCompletion #3": "write",
+    }
 
     def fix_request(run, step, variant, parent):
-        return Request(steps[step.name], variant, {"agent": step.agent, "question": QUESTION}, step.options)
+        return Request(
+            steps[step.name], variant, {"agent": step.agent, "question": QUESTION}, step.options
+        )
 
     scorer = openai_scorer(api, cache=Cache(str(tmp_path / "fixes.sqlite")))
     [filled] = score_fixes(runs, scorer, fix_request)
@@ -326,11 +360,19 @@ def test_openinference_logprobs_to_blame(api, providers, tmp_path):
 def test_decisions_from_logprobs_errors():
     call = bj.traces.Step("chat", agent="Planner", output="answer")
     runs = [bj.traces.Run("t", (call,), passed=False)]
-    with pytest.raises(ValueError, match="run 't', step 'chat': options are declared for it, but it kept no chat completion"):
+    with pytest.raises(
+        ValueError,
+        match="run 't', step 'chat': options are declared for it, but it kept no chat completion",
+    ):
         bj.traces.decisions_from_logprobs(
-            runs, lambda run, step: ("search", "answer") if step.name == "chat" else None)
-    assert bj.traces.decisions_from_logprobs(runs, {"Planner": ("search", "answer")}) == runs  # not a call
-    with pytest.raises(TypeError, match=r"`options` must be a mapping \{agent: options\} or a function"):
+            runs, lambda run, step: ("search", "answer") if step.name == "chat" else None
+        )
+    assert (
+        bj.traces.decisions_from_logprobs(runs, {"Planner": ("search", "answer")}) == runs
+    )  # not a call
+    with pytest.raises(
+        TypeError, match=r"`options` must be a mapping \{agent: options\} or a function"
+    ):
         bj.traces.decisions_from_logprobs(runs, ("search", "answer"))
     assert bj.traces.decisions_from_logprobs(runs, {"Writer": ("cite", "guess")}) == runs
 
@@ -341,9 +383,16 @@ def test_decisions_from_logprobs_errors():
 def completion(top, content):
     entries = [{"token": t, "logprob": lp} for t, lp in top.items()]
     first = {"token": content, "logprob": top.get(content, -0.01), "top_logprobs": entries}
-    return {"object": "chat.completion", "choices": [
-        {"index": 0, "message": {"role": "assistant", "content": content},
-         "logprobs": {"content": [first]}}]}
+    return {
+        "object": "chat.completion",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "logprobs": {"content": [first]},
+            }
+        ],
+    }
 
 
 def test_logits_from_response_rule():
@@ -359,19 +408,30 @@ def test_logits_from_response_rule():
 def test_logits_from_response_of_the_client(api):
     """The `openai` client's ChatCompletion object is read as its dict is."""
     response = client_of(api).chat.completions.create(
-        model="test-model", max_tokens=1, logprobs=True, top_logprobs=5,
+        model="test-model",
+        max_tokens=1,
+        logprobs=True,
+        top_logprobs=5,
         messages=[{"role": "system", "content": system("Planner", ("search", "answer"))}],
     )
     assert bj.traces.logits_from_response(response, ("search", "answer")) == (-1.7, -0.2)
-    assert bj.traces.logits_from_response(response.model_dump(), ("search", "answer")) == (-1.7, -0.2)
+    assert bj.traces.logits_from_response(response.model_dump(), ("search", "answer")) == (
+        -1.7,
+        -0.2,
+    )
 
 
 def test_logits_from_response_errors():
-    with pytest.raises(ValueError, match=r"the token 'a' is the start of several options \[\"ask\", \"answer\"\]"):
+    with pytest.raises(
+        ValueError, match=r"the token 'a' is the start of several options \[\"ask\", \"answer\"\]"
+    ):
         bj.traces.logits_from_response(completion({"a": -0.1}, "a"), ["ask", "answer"])
-    with pytest.raises(ValueError, match="carries no log-probabilities.*logprobs=True, top_logprobs=N"):
+    with pytest.raises(
+        ValueError, match="carries no log-probabilities.*logprobs=True, top_logprobs=N"
+    ):
         bj.traces.logits_from_response(
-            {"choices": [{"message": {"content": "x"}, "logprobs": None}]}, ["x"])
+            {"choices": [{"message": {"content": "x"}, "logprobs": None}]}, ["x"]
+        )
     with pytest.raises(ValueError, match="none of the first token's candidates"):
         bj.traces.logits_from_response(completion({"zzz": -0.1}, "zzz"), ["search", "answer"])
     with pytest.raises(ValueError, match="the reply 'maybe' names no option"):
@@ -391,8 +451,15 @@ def test_record_decision_span():
     tracer = provider.get_tracer("test")
     with tracer.start_as_current_span("agent") as parent:
         context = bj.traces.record_decision(
-            "route", ("search", "answer"), (math.log(0.25), math.log(0.75)), "answer",
-            fix_logits=(0.0, -math.inf), accept=("search",), agent="Router", tracer=tracer)
+            "route",
+            ("search", "answer"),
+            (math.log(0.25), math.log(0.75)),
+            "answer",
+            fix_logits=(0.0, -math.inf),
+            accept=("search",),
+            agent="Router",
+            tracer=tracer,
+        )
     provider.shutdown()
     route, agent = exporter.get_finished_spans()
     assert route.name == "route" and route.parent.span_id == parent.get_span_context().span_id
@@ -407,14 +474,18 @@ def test_record_decision_span():
 def test_record_decision_errors():
     with pytest.raises(ValueError, match=r"`logits` must have 2 numbers \(one per option\), got 3"):
         bj.traces.decision_attributes(("a", "b"), (0.0, 0.0, 0.0), "a")
-    with pytest.raises(ValueError, match=r"`choice` must be one of the options \[\"a\", \"b\"\], got \"c\""):
+    with pytest.raises(
+        ValueError, match=r"`choice` must be one of the options \[\"a\", \"b\"\], got \"c\""
+    ):
         bj.traces.decision_attributes(("a", "b"), (0.0, 0.0), "c")
     with pytest.raises(ValueError, match="`choice` 'b' has probability 0 under `logits`"):
         bj.traces.decision_attributes(("a", "b"), (0.0, -math.inf), "b")
     with pytest.raises(ValueError, match=r"`fix_logits\[1\]` must be finite or -inf, got nan"):
         bj.traces.decision_attributes(("a", "b"), (0.0, 0.0), "a", fix_logits=(0.0, math.nan))
     with pytest.raises(ValueError, match="`fix_logits`: every option is -inf"):
-        bj.traces.decision_attributes(("a", "b"), (0.0, 0.0), "a", fix_logits=(-math.inf, -math.inf))
+        bj.traces.decision_attributes(
+            ("a", "b"), (0.0, 0.0), "a", fix_logits=(-math.inf, -math.inf)
+        )
     with pytest.raises(ValueError, match=r"`accept` names \[\"c\"\], which are not options"):
         bj.traces.decision_attributes(("a", "b"), (0.0, 0.0), "a", accept=("c",))
     with pytest.raises(ValueError, match="`options` must be distinct"):
@@ -426,37 +497,52 @@ def test_record_decision_without_the_api(monkeypatch):
     import sys
 
     monkeypatch.setitem(sys.modules, "opentelemetry", None)
-    with pytest.raises(ImportError, match="needs the OpenTelemetry API: pip install opentelemetry-api"):
+    with pytest.raises(
+        ImportError, match="needs the OpenTelemetry API: pip install opentelemetry-api"
+    ):
         bj.traces.record_decision("route", ("a", "b"), (0.0, 0.0), "a")
 
 
 def test_score_fixes_errors():
-    plan = bj.traces.Step("plan", options=("a", "b"), logits={"factual": (0.0, 0.0), "fix": (1.0, 0.0)},
-                          choice="a")
+    plan = bj.traces.Step(
+        "plan", options=("a", "b"), logits={"factual": (0.0, 0.0), "fix": (1.0, 0.0)}, choice="a"
+    )
     scorer = bj.scorers.FunctionScorer(lambda r: np.zeros(2))
-    with pytest.raises(ValueError, match="no decision step has factual logits without a 'fix' variant"):
+    with pytest.raises(
+        ValueError, match="no decision step has factual logits without a 'fix' variant"
+    ):
         score_fixes([bj.traces.Run("r", (plan,), passed=False)], scorer, request)
     bare = bj.traces.Step("plan", options=("a", "b"), logits={"factual": (0.0, 0.0)}, choice="a")
 
     def wrong(run, step, variant, parent):
         return Request(step.name, variant, "x", ("b", "a"))
 
-    with pytest.raises(ValueError, match=r"`request` returned options \['b', 'a'\] for step 'plan'"):
+    with pytest.raises(
+        ValueError, match=r"`request` returned options \['b', 'a'\] for step 'plan'"
+    ):
         score_fixes([bj.traces.Run("r", (bare,), passed=False)], scorer, wrong)
 
 
 def test_score_fixes_given_table():
     """A step given another gets one fix row per option of the given step, in its order."""
     plan = bj.traces.Step("plan", options=("a", "b"), logits={"factual": (0.0, 0.0)}, choice="a")
-    reply = bj.traces.Step("reply", parents=("plan",), given="plan", options=("x", "y", "z"),
-                           logits={"factual": ((0.0, 0.0, 0.0), (0.0, 0.0, 0.0))}, choice="x")
+    reply = bj.traces.Step(
+        "reply",
+        parents=("plan",),
+        given="plan",
+        options=("x", "y", "z"),
+        logits={"factual": ((0.0, 0.0, 0.0), (0.0, 0.0, 0.0))},
+        choice="x",
+    )
     run = bj.traces.Run("r", (plan, reply), passed=False)
 
     def ask(run, step, variant, parent):
         return Request(step.name, variant, {"after": parent}, step.options)
 
     def logits(r):
-        return np.array([1.0, 0.0] if r.step == "plan" else [0.0, 1.0 if r.inputs["after"] == "a" else 2.0, 0.0])
+        return np.array(
+            [1.0, 0.0] if r.step == "plan" else [0.0, 1.0 if r.inputs["after"] == "a" else 2.0, 0.0]
+        )
 
     [filled] = score_fixes([run], bj.scorers.FunctionScorer(logits), ask)
     assert filled.steps[0].logits["fix"] == (1.0, 0.0)

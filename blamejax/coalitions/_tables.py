@@ -84,7 +84,9 @@ def coalition_values(
     return values.reshape(-1)
 
 
-def mask_plan(structure: Structure, players: Sequence[int], fix_variants: Sequence[int], mask) -> Plan:
+def mask_plan(
+    structure: Structure, players: Sequence[int], fix_variants: Sequence[int], mask
+) -> Plan:
     """The plan of one coalition given as a boolean mask over `players` (`Bool[Array, "n"]`):
     player j runs fix `fix_variants[j]` where `mask[j]`, its factual variant otherwise."""
     bits = [None] * structure.num_steps
@@ -155,14 +157,21 @@ def last_step_blame(
     # One batched trace of both runs: half the code to compile of two separate traces.
     failed, fixed = jax.vmap(choices)(jnp.asarray([False, True]))
     site_player = np.array(
-        [players.index(structure.step_index(s.step)) if structure.step_index(s.step) in players else -1 for s in structure.sites]
+        [
+            players.index(structure.step_index(s.step))
+            if structure.step_index(s.step) in players
+            else -1
+            for s in structure.sites
+        ]
     )
     differs = (failed != fixed) & jnp.asarray(site_player >= 0)
     last_site = jnp.max(jnp.where(differs, jnp.arange(len(structure.sites)), -1))
     return jnp.where(last_site >= 0, jnp.asarray(site_player)[jnp.maximum(last_site, 0)], -1)
 
 
-def count_step_evaluations(pipeline: Callable, structure: Structure, case, world: World, players=None, fix_variants=None) -> int:
+def count_step_evaluations(
+    pipeline: Callable, structure: Structure, case, world: World, players=None, fix_variants=None
+) -> int:
     """How many step evaluations (hard-mode gathers and free-form argmaxes) the
     all-coalitions table of one world costs, read from the jaxpr after `vmap`.
 
@@ -200,7 +209,9 @@ def _subjaxprs(params):
             yield value.jaxpr
 
 
-def explain_nan_score(pipeline: Callable, structure: Structure, case, world: World, players, fix_variants, mode=Hard()) -> str:
+def explain_nan_score(
+    pipeline: Callable, structure: Structure, case, world: World, players, fix_variants, mode=Hard()
+) -> str:
     """Where a NaN score of one failure in one world comes from, in words: the first coalition
     (the empty one, the full one, each player alone, then, for up to 12 players, every one)
     whose run scores NaN, and the draw in it that had no valid option, if any. For error
@@ -211,7 +222,14 @@ def explain_nan_score(pipeline: Callable, structure: Structure, case, world: Wor
     if n <= 12:
         masks += [np.array([(m >> i) & 1 for i in range(n)], bool) for m in range(1 << n)]
     traces = jax.vmap(
-        lambda mask: trace_run(pipeline, structure, case, world, mask_plan(structure, players, fix_variants, mask), mode)
+        lambda mask: trace_run(
+            pipeline,
+            structure,
+            case,
+            world,
+            mask_plan(structure, players, fix_variants, mask),
+            mode,
+        )
     )(jnp.asarray(np.stack(masks)))
     scores, invalid = np.asarray(traces["score"]), np.asarray(traces["invalid"])
     bad = np.flatnonzero(np.isnan(scores))

@@ -265,7 +265,9 @@ def run_car_demo(args) -> int:
     fresh = bj.contrastive(
         interaction_pipeline, cases, worlds, num_rollouts=rollouts, downstream="fresh"
     )
-    game = bj.interventions.resample_shapley(interaction_pipeline, cases, worlds, num_rollouts=rollouts)
+    game = bj.interventions.resample_shapley(
+        interaction_pipeline, cases, worlds, num_rollouts=rollouts
+    )
     oracle = bj.exact_blame(
         interaction_pipeline, cases, worlds, fixes={"id_check": 2, "fraud_check": 2}
     )

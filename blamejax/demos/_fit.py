@@ -114,7 +114,9 @@ def paired_difference_interval(first, second, delta: float = 0.05):
     x = np.asarray(first, np.float64)
     y = np.asarray(second, np.float64)
     if x.shape != y.shape or x.ndim != 1 or x.size == 0:
-        raise ValueError(f"`first` and `second` must be 1-D of the same non-zero length, got shapes {x.shape} and {y.shape}")
+        raise ValueError(
+            f"`first` and `second` must be 1-D of the same non-zero length, got shapes {x.shape} and {y.shape}"
+        )
     if not (np.isin(x, (0.0, 1.0)).all() and np.isin(y, (0.0, 1.0)).all()):
         raise ValueError("`first` and `second` must hold 0/1 outcomes")
     n = x.size
@@ -245,7 +247,9 @@ def fit_rag_fix(
     run = replay(rag_pipeline, cases, recorded_worlds(seed, num_cases))
     failed = np.flatnonzero(np.asarray(run["score"][:, 0]) < 1)
     if failed.size < 4:
-        raise ValueError(f"need at least 4 failures to split, got {failed.size} of {num_cases} cases")
+        raise ValueError(
+            f"need at least 4 failures to split, got {failed.size} of {num_cases} cases"
+        )
     order = np.asarray(jr.permutation(jr.fold_in(jr.key(seed), 0xF17), failed.size))
     half = failed.size // 2
     train_ids, test_ids = np.sort(failed[order[:half]]), np.sort(failed[order[half:]])
@@ -257,10 +261,15 @@ def fit_rag_fix(
     radius = float(jnp.linalg.norm(hand))
 
     def objective(shift):
-        return -_alone_values(with_fix_shift(train, step, shift), train_worlds, step, Relaxed(tau)).mean()
+        return -_alone_values(
+            with_fix_shift(train, step, shift), train_worlds, step, Relaxed(tau)
+        ).mean()
 
     fit = fit_fixes(
-        objective, hand, optax.adam(learning_rate), num_steps,
+        objective,
+        hand,
+        optax.adam(learning_rate),
+        num_steps,
         project=lambda shift: project_shift(shift, hand, constraint),
     )
     rescaled = jnp.asarray(centred_rescaled(hand, radius), jnp.float32)
@@ -272,15 +281,32 @@ def fit_rag_fix(
         return (jax.vmap(one)(shifts) >= 1.0).astype(jnp.float32)
 
     train_hand, train_fitted = repaired(jnp.stack([hand, fit.params]), train, train_worlds)
-    test_hand, test_fitted, test_rescaled = repaired(jnp.stack([hand, fit.params, rescaled]), test, test_worlds)
+    test_hand, test_fitted, test_rescaled = repaired(
+        jnp.stack([hand, fit.params, rescaled]), test, test_worlds
+    )
     difference, low, high = paired_difference_interval(test_fitted, test_hand, delta)
     return FixFit(
-        step=step, constraint=constraint, tau=float(tau), num_cases=int(num_cases), seed=int(seed), radius=radius,
-        delta=float(delta), difference=float(difference), low=float(low), high=float(high),
-        hand_shift=hand, fitted_shift=fit.params, rescaled_shift=rescaled, losses=fit.losses,
-        train_ids=jnp.asarray(train_ids), test_ids=jnp.asarray(test_ids),
-        train_hand=train_hand, train_fitted=train_fitted,
-        test_hand=test_hand, test_fitted=test_fitted, test_rescaled=test_rescaled,
+        step=step,
+        constraint=constraint,
+        tau=float(tau),
+        num_cases=int(num_cases),
+        seed=int(seed),
+        radius=radius,
+        delta=float(delta),
+        difference=float(difference),
+        low=float(low),
+        high=float(high),
+        hand_shift=hand,
+        fitted_shift=fit.params,
+        rescaled_shift=rescaled,
+        losses=fit.losses,
+        train_ids=jnp.asarray(train_ids),
+        test_ids=jnp.asarray(test_ids),
+        train_hand=train_hand,
+        train_fitted=train_fitted,
+        test_hand=test_hand,
+        test_fitted=test_fitted,
+        test_rescaled=test_rescaled,
     )
 
 
@@ -294,7 +320,11 @@ def _demo_failures(name: str, num_cases: int, seed: int):
         raise ValueError(f"`demo` must be 'refund' or 'rag', got {name!r}")
     run = replay(pipeline, cases, recorded_worlds(seed, num_cases))
     failed = np.flatnonzero(np.asarray(run["score"][:, 0]) < 1)
-    return pipeline, jax.tree_util.tree_map(lambda x: x[failed], cases), recorded_worlds(seed, failed)
+    return (
+        pipeline,
+        jax.tree_util.tree_map(lambda x: x[failed], cases),
+        recorded_worlds(seed, failed),
+    )
 
 
 def tau_gaps(demo: str, taus=TAUS, *, num_cases: int = 200, seed: int = 0) -> np.ndarray:
@@ -313,7 +343,9 @@ def tau_gaps(demo: str, taus=TAUS, *, num_cases: int = 200, seed: int = 0) -> np
     pipeline, cases, worlds = _demo_failures(demo, num_cases, seed)
 
     def per_failure(mode):
-        return jax.vmap(lambda c, w: shapley_values(pipeline, c, w, mode=mode).shapley)(cases, worlds)
+        return jax.vmap(lambda c, w: shapley_values(pipeline, c, w, mode=mode).shapley)(
+            cases, worlds
+        )
 
     exact = np.asarray(jax.jit(lambda: per_failure(Hard()))())
     relaxed = jax.jit(lambda tau: per_failure(Relaxed(tau)))
@@ -326,7 +358,9 @@ def tau_gaps(demo: str, taus=TAUS, *, num_cases: int = 200, seed: int = 0) -> np
 
 def tau_table(taus=TAUS, *, num_cases: int = 200, seed: int = 0) -> str:
     """The tau sweep of `tau_gaps` on the refund and RAG demos, as a terminal table."""
-    gaps = {name: tau_gaps(name, taus, num_cases=num_cases, seed=seed) for name in ("refund", "rag")}
+    gaps = {
+        name: tau_gaps(name, taus, num_cases=num_cases, seed=seed) for name in ("refund", "rag")
+    }
     lines = [
         f"Largest |relaxed - exact| Shapley value, failures of {num_cases} cases under recorded noise",
         f"{'tau':>6}  {'refund mean':>12} {'refund one':>11}  {'rag mean':>9} {'rag one':>8}",
@@ -334,7 +368,9 @@ def tau_table(taus=TAUS, *, num_cases: int = 200, seed: int = 0) -> str:
     for i, tau in enumerate(taus):
         r, g = gaps["refund"][i], gaps["rag"][i]
         lines.append(f"{tau:>6g}  {r[0]:>12.4f} {r[1]:>11.4f}  {g[0]:>9.4f} {g[1]:>8.4f}")
-    lines.append("mean: gap of the mean over failures (largest over steps); one: largest gap of any single failure and step")
+    lines.append(
+        "mean: gap of the mean over failures (largest over steps); one: largest gap of any single failure and step"
+    )
     return "\n".join(lines)
 
 
@@ -386,16 +422,23 @@ def run_fit_demo(args) -> int:
                 held_out_centred=float(np.mean(np.asarray(fit.test_rescaled))),
                 training_hand=float(np.mean(np.asarray(fit.train_hand))),
                 training_fitted=float(np.mean(np.asarray(fit.train_fitted))),
-                difference=fit.difference, low=fit.low, high=fit.high,
+                difference=fit.difference,
+                low=fit.low,
+                high=fit.high,
                 fitted_shift=np.asarray(fit.fitted_shift).round(4).tolist(),
-                num_training=len(fit.train_ids), num_held_out=len(fit.test_ids),
+                num_training=len(fit.train_ids),
+                num_held_out=len(fit.test_ids),
             )
     print(fit_table(fits))
-    print(f"({len(fits[0].train_ids)} training and {len(fits[0].test_ids)} held-out failures; {time.perf_counter() - start:.0f} s)\n")
+    print(
+        f"({len(fits[0].train_ids)} training and {len(fits[0].test_ids)} held-out failures; {time.perf_counter() - start:.0f} s)\n"
+    )
     for fit in fits:
         if fit.step == "retrieve":
             shift = np.array2string(np.asarray(fit.fitted_shift), precision=2, suppress_small=True)
-            print(f"retrieve, {fit.constraint}: fitted shift (rows: the query; columns: relevant, partial, irrelevant)")
+            print(
+                f"retrieve, {fit.constraint}: fitted shift (rows: the query; columns: relevant, partial, irrelevant)"
+            )
             print("  " + shift.replace("\n", "\n  "))
     hand = np.array2string(np.asarray(FIX_SHIFTS["retrieve"]), precision=2)
     print("retrieve, hand-written shift:\n  " + hand.replace("\n", "\n  ") + "\n")

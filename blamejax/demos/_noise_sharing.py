@@ -82,10 +82,19 @@ def noise_sharing_gain(
             masks = jnp.zeros((n + 1, n), bool).at[:, order].set(jnp.asarray(prefix))
             shared_world = World(key=world_key(key, case_id, p + 1))
             base = 1 + num_permutations + p * (n + 1)
-            own = jax.vmap(lambda j: World(key=world_key(key, case_id, base + j)))(jnp.arange(n + 1))
+            own = jax.vmap(lambda j: World(key=world_key(key, case_id, base + j)))(
+                jnp.arange(n + 1)
+            )
 
             def score(mask, world):
-                return run_score(pipeline, structure, case, world, mask_plan(structure, players, variants, mask), mode)
+                return run_score(
+                    pipeline,
+                    structure,
+                    case,
+                    world,
+                    mask_plan(structure, players, variants, mask),
+                    mode,
+                )
 
             shared = jax.vmap(score, in_axes=(0, None))(masks, shared_world)
             independent = jax.vmap(score)(masks, own)

@@ -46,21 +46,31 @@ def run_rag_demo(args) -> int:
     modes = ("recorded", "inferred", "fresh") if args.noise == "all" else (args.noise,)
     cases = rag_cases(num_cases, seed=args.seed)
     print("Stochastic RAG: rewrite -> retrieve -> answer -> verify")
-    print(f"{num_cases} questions (seed {args.seed}); every step samples by Gumbel-max, fixes shift logits.\n")
+    print(
+        f"{num_cases} questions (seed {args.seed}); every step samples by Gumbel-max, fixes shift logits.\n"
+    )
     summary = {}
     for noise in modes:
         start = time.perf_counter()
         result = blame_batch(
-            rag_pipeline, cases, args.seed, noise=noise, num_worlds=args.worlds,
-            estimator=args.estimator, num_permutations=args.permutations,
-            option_names=OPTION_NAMES, progress=not args.no_progress,
+            rag_pipeline,
+            cases,
+            args.seed,
+            noise=noise,
+            num_worlds=args.worlds,
+            estimator=args.estimator,
+            num_permutations=args.permutations,
+            option_names=OPTION_NAMES,
+            progress=not args.no_progress,
             keep_coalitions=args.estimator != "mc",  # for the interactive page
         )
         seconds = time.perf_counter() - start
         print(result.table())
         verify = result.steps.index("verify")
         named = int(round(float(result.last_step_rate[verify]) * result.last_step.size))
-        print(f"last-step blame names verify in {named} of {result.last_step.size} (failure, world) pairs; {seconds:.1f} s\n")
+        print(
+            f"last-step blame names verify in {named} of {result.last_step.size} (failure, world) pairs; {seconds:.1f} s\n"
+        )
         result.save_html(out / f"report_{noise}.html")
         if result.coalition_scores is not None:
             page = out / f"report_{noise}_interactive.html"
@@ -68,23 +78,39 @@ def run_rag_demo(args) -> int:
             print(f"interactive page: {page} ({page.stat().st_size / 1e6:.2f} MB)")
         result.to_json(out / f"result_{noise}.json")
         summary[noise] = dict(
-            mean_shapley=dict(zip(result.steps, np.asarray(result.mean_shapley, np.float64).round(4).tolist(), strict=True)),
+            mean_shapley=dict(
+                zip(
+                    result.steps,
+                    np.asarray(result.mean_shapley, np.float64).round(4).tolist(),
+                    strict=True,
+                )
+            ),
             seconds=round(seconds, 2),
         )
     if "fresh" in modes and not args.skip_noise_sharing:
         run = replay(rag_pipeline, cases, recorded_worlds(args.seed, num_cases))
         ids = np.flatnonzero(np.asarray(run["score"][:, 0]) < 1)
         failures = jax.tree_util.tree_map(lambda x: x[ids], cases)
-        gain = noise_sharing_gain(rag_pipeline, failures, args.seed, case_ids=ids, num_permutations=args.permutations)
+        gain = noise_sharing_gain(
+            rag_pipeline, failures, args.seed, case_ids=ids, num_permutations=args.permutations
+        )
         print("Fresh noise, Monte Carlo at equal budget: variance of one permutation's marginal")
         print(f"{'step':<10} {'shared noise':>13} {'independent':>12} {'ratio':>7}")
         for i, step in enumerate(gain.steps):
-            print(f"{step:<10} {float(gain.shared[i]):>13.4f} {float(gain.independent[i]):>12.4f} {float(gain.ratio[i]):>6.2f}x")
-        print("Sharing one fresh world across all prefixes of an order (common random numbers) cuts the variance by the ratio.\n")
-        summary["noise_sharing_ratio"] = dict(zip(gain.steps, np.asarray(gain.ratio, np.float64).round(3).tolist(), strict=True))
+            print(
+                f"{step:<10} {float(gain.shared[i]):>13.4f} {float(gain.independent[i]):>12.4f} {float(gain.ratio[i]):>6.2f}x"
+            )
+        print(
+            "Sharing one fresh world across all prefixes of an order (common random numbers) cuts the variance by the ratio.\n"
+        )
+        summary["noise_sharing_ratio"] = dict(
+            zip(gain.steps, np.asarray(gain.ratio, np.float64).round(3).tolist(), strict=True)
+        )
     write_json(out / "summary.json", summary)
     pages = ", report_<mode>_interactive.html" if args.estimator != "mc" else ""
-    print(f"Reports written to {out}/ (report_<mode>.html{pages}, result_<mode>.json, summary.json)")
+    print(
+        f"Reports written to {out}/ (report_<mode>.html{pages}, result_<mode>.json, summary.json)"
+    )
     return 0
 
 
@@ -94,12 +120,22 @@ def run_stopping_demo(args) -> int:
     separate the top step, on the same stream of failures."""
     num_cases = args.cases or 3000
     cases = agent8_cases(num_cases)
-    print("8-step agent: intake -> router -> planner -> search -> extractor -> calculator -> drafter -> guardrail")
-    print(f"{num_cases} runs (seed {args.seed}); exact Shapley per failure (256 coalitions), failures visited in a seeded order.")
-    print("Checkpoints every 20% more failures; each rule is checked at the same checkpoints of the same stream.\n")
+    print(
+        "8-step agent: intake -> router -> planner -> search -> extractor -> calculator -> drafter -> guardrail"
+    )
+    print(
+        f"{num_cases} runs (seed {args.seed}); exact Shapley per failure (256 coalitions), failures visited in a seeded order."
+    )
+    print(
+        "Checkpoints every 20% more failures; each rule is checked at the same checkpoints of the same stream.\n"
+    )
     start = time.perf_counter()
     result = blame_batch(
-        agent8_pipeline, cases, args.seed, first_checkpoint=10, growth=1.2,
+        agent8_pipeline,
+        cases,
+        args.seed,
+        first_checkpoint=10,
+        growth=1.2,
         progress=not args.no_progress,
     )
     print(result.table())

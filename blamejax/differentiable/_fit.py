@@ -39,7 +39,11 @@ def _structure_and_players(pipeline, case, steps, fixes, mode=None, worlds=None,
         elif worlds.key.ndim != (1 if num_failures is None else 2) or (
             num_failures is not None and worlds.key.shape[0] != num_failures
         ):
-            want = "[W] (one case's worlds)" if num_failures is None else f"[F, W] = [{num_failures}, W]"
+            want = (
+                "[W] (one case's worlds)"
+                if num_failures is None
+                else f"[F, W] = [{num_failures}, W]"
+            )
             raise ValueError(f"`worlds.key` must have shape {want}, got {tuple(worlds.key.shape)}")
     structure = discover(pipeline, case)
     players, variants = resolve_players(structure, steps, fixes)
@@ -81,30 +85,46 @@ def shapley_values(
     grad = jax.jit(jax.grad(lambda c: bj.shapley_values(bj.demos.refund_pipeline, c, worlds).shapley[0]))(case)
     ```
     """
-    structure, players, variants = _structure_and_players(pipeline, case, steps, fixes, mode, worlds)
-    values = jax.vmap(lambda w: coalition_values(pipeline, structure, case, w, players, variants, mode))(worlds)
+    structure, players, variants = _structure_and_players(
+        pipeline, case, steps, fixes, mode, worlds
+    )
+    values = jax.vmap(
+        lambda w: coalition_values(pipeline, structure, case, w, players, variants, mode)
+    )(worlds)
     return attribute(values.mean(axis=0), interactions=interactions)
 
 
-def total_repair(pipeline: Callable, case, worlds: World, *, steps=None, fixes=None, mode=Relaxed(0.5)) -> Float[Array, ""]:
+def total_repair(
+    pipeline: Callable, case, worlds: World, *, steps=None, fixes=None, mode=Relaxed(0.5)
+) -> Float[Array, ""]:
     """`v(all) - v(empty)` of one case averaged over its worlds (differentiable in relaxed
     mode). Only the two runs are evaluated, not the whole coalition table."""
-    structure, players, variants = _structure_and_players(pipeline, case, steps, fixes, mode, worlds)
+    structure, players, variants = _structure_and_players(
+        pipeline, case, steps, fixes, mode, worlds
+    )
     from ..coalitions import mask_values
 
     masks = np.array([[False] * len(players), [True] * len(players)])
-    values = jax.vmap(lambda w: mask_values(pipeline, structure, case, w, players, variants, masks, mode))(worlds)
+    values = jax.vmap(
+        lambda w: mask_values(pipeline, structure, case, w, players, variants, masks, mode)
+    )(worlds)
     mean = values.mean(axis=0)
     return mean[1] - mean[0]
 
 
-def batch_mean_shapley(pipeline: Callable, cases, worlds: World, *, steps=None, fixes=None, mode=Relaxed(0.5)) -> Float[Array, " n"]:
+def batch_mean_shapley(
+    pipeline: Callable, cases, worlds: World, *, steps=None, fixes=None, mode=Relaxed(0.5)
+) -> Float[Array, " n"]:
     """Mean Shapley value over failures (`cases` with a leading failure axis, `worlds` with
     keys `[F, W]`), a pure and differentiable function."""
     first = jax.tree_util.tree_map(lambda x: x[0], cases)
     num_failures = jax.tree_util.tree_leaves(cases)[0].shape[0]
-    _structure_and_players(pipeline, first, steps, fixes, mode, worlds, num_failures)  # eager checks
-    per_failure = jax.vmap(lambda c, w: shapley_values(pipeline, c, w, steps=steps, fixes=fixes, mode=mode).shapley)
+    _structure_and_players(
+        pipeline, first, steps, fixes, mode, worlds, num_failures
+    )  # eager checks
+    per_failure = jax.vmap(
+        lambda c, w: shapley_values(pipeline, c, w, steps=steps, fixes=fixes, mode=mode).shapley
+    )
     return per_failure(cases, worlds).mean(axis=0)
 
 
@@ -159,11 +179,15 @@ def fit_fixes(
     if optimizer is None:
         optimizer = optax.adam(0.05)
     if not (hasattr(optimizer, "init") and hasattr(optimizer, "update")):
-        raise TypeError(f"`optimizer` must be an optax GradientTransformation (e.g. optax.adam(0.05)), got {optimizer!r}")
+        raise TypeError(
+            f"`optimizer` must be an optax GradientTransformation (e.g. optax.adam(0.05)), got {optimizer!r}"
+        )
     params = jax.tree_util.tree_map(jnp.asarray, params)
     for leaf in jax.tree_util.tree_leaves(params):
         if not jnp.issubdtype(leaf.dtype, jnp.floating):
-            raise TypeError(f"`params` must hold floating-point arrays, got a leaf of dtype {leaf.dtype}")
+            raise TypeError(
+                f"`params` must hold floating-point arrays, got a leaf of dtype {leaf.dtype}"
+            )
     out = jax.eval_shape(objective, params)
     if not hasattr(out, "shape") or tuple(out.shape) != ():
         raise TypeError(

@@ -94,7 +94,9 @@ class BatchSettings(NamedTuple):
     first_checkpoint: int
     growth: float
     value_range: float  # the width of the interval a Shapley value lies in
-    keep_coalitions: bool = False  # keep every coalition's scores and outputs (the interactive page)
+    keep_coalitions: bool = (
+        False  # keep every coalition's scores and outputs (the interactive page)
+    )
     in_blocks: bool = False  # analyse in blocks (a checkpoint is kept or a progress bar shown)
     block_size: int | None = None  # failures per block as asked (None: the default, `_block_size`)
 
@@ -244,22 +246,44 @@ def blame_batch(
     if not 0 < delta < 1:
         raise ValueError(f"`delta` must be in (0, 1), got {delta!r}")
     if threshold is not None and (
-        isinstance(threshold, bool) or not isinstance(threshold, (int, float, np.number)) or not np.isfinite(threshold)
+        isinstance(threshold, bool)
+        or not isinstance(threshold, (int, float, np.number))
+        or not np.isfinite(threshold)
     ):
-        raise ValueError(f"`threshold` must be a finite number (or None for the top of the range), got {threshold!r}")
+        raise ValueError(
+            f"`threshold` must be a finite number (or None for the top of the range), got {threshold!r}"
+        )
     if option_names is not None and not isinstance(option_names, dict):
-        raise TypeError(f"`option_names` must be a dict {{step: option names}}, got {option_names!r}")
+        raise TypeError(
+            f"`option_names` must be a dict {{step: option names}}, got {option_names!r}"
+        )
     game = make_game(pipeline, cases, steps=steps, fixes=fixes, mode=mode, score_range=score_range)
     low, high = game.score_range
     threshold = high if threshold is None else float(threshold)
     if not low < threshold <= high:
         raise ValueError(f"`threshold` must lie in ({low}, {high}], got {threshold}")
-    if isinstance(num_permutations, bool) or not isinstance(num_permutations, (int, np.integer)) or num_permutations < 2:
+    if (
+        isinstance(num_permutations, bool)
+        or not isinstance(num_permutations, (int, np.integer))
+        or num_permutations < 2
+    ):
         raise ValueError(f"`num_permutations` must be an int >= 2, got {num_permutations!r}")
-    if isinstance(first_checkpoint, bool) or not isinstance(first_checkpoint, (int, np.integer)) or first_checkpoint < 2:
-        raise ValueError(f"`first_checkpoint` must be an int >= 2 (failures), got {first_checkpoint!r}")
-    if isinstance(growth, bool) or not isinstance(growth, (int, float, np.number)) or not 1 + 1e-4 <= growth < np.inf:
-        raise ValueError(f"`growth` must be a finite number >= 1 + 1e-4 (the checkpoint growth factor), got {growth!r}")
+    if (
+        isinstance(first_checkpoint, bool)
+        or not isinstance(first_checkpoint, (int, np.integer))
+        or first_checkpoint < 2
+    ):
+        raise ValueError(
+            f"`first_checkpoint` must be an int >= 2 (failures), got {first_checkpoint!r}"
+        )
+    if (
+        isinstance(growth, bool)
+        or not isinstance(growth, (int, float, np.number))
+        or not 1 + 1e-4 <= growth < np.inf
+    ):
+        raise ValueError(
+            f"`growth` must be a finite number >= 1 + 1e-4 (the checkpoint growth factor), got {growth!r}"
+        )
     if not isinstance(stop_early, bool):
         raise TypeError(f"`stop_early` must be a bool, got {stop_early!r}")
     if max_failures is not None and (not isinstance(max_failures, int) or max_failures < 1):
@@ -291,9 +315,13 @@ def blame_batch(
     if not isinstance(progress, bool):
         raise TypeError(f"`progress` must be a bool, got {progress!r}")
     if block_size is not None and (
-        isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)) or block_size < 1
+        isinstance(block_size, bool)
+        or not isinstance(block_size, (int, np.integer))
+        or block_size < 1
     ):
-        raise ValueError(f"`block_size` must be a positive int (failures per block) or None, got {block_size!r}")
+        raise ValueError(
+            f"`block_size` must be a positive int (failures per block) or None, got {block_size!r}"
+        )
     path = None if checkpoint is None else checkpoint_path(checkpoint)
     settings = BatchSettings(
         game=game,
@@ -387,7 +415,10 @@ def _fingerprint(settings: BatchSettings, cases, max_failures) -> dict:
         if name in ("game", "value_range"):  # by its parts above; derived from score_range
             continue
         if name == "key":
-            out[name] = {"impl": str(jr.key_impl(value)), "data": np.asarray(jr.key_data(value)).tolist()}
+            out[name] = {
+                "impl": str(jr.key_impl(value)),
+                "data": np.asarray(jr.key_data(value)).tolist(),
+            }
         elif name == "observed":
             out[name] = None if value is None else array_identity(value)
         else:
@@ -399,8 +430,12 @@ def _saved_state(state: BatchState) -> tuple[dict, dict]:
     """What a checkpoint holds: where the stream stands, and the per-failure arrays of
     every analysed block, joined."""
     progress = dict(
-        start=state.start, k=state.k, stopped=state.stopped, evaluations=int(state.evaluations),
-        separated_at=state.separated_at, block_size=state.block_size,
+        start=state.start,
+        k=state.k,
+        stopped=state.stopped,
+        evaluations=int(state.evaluations),
+        separated_at=state.separated_at,
+        block_size=state.block_size,
     )
     arrays = {name: np.concatenate([b[name] for b in state.blocks]) for name in state.blocks[0]}
     return progress, arrays
@@ -426,8 +461,12 @@ def _resume(path: str, state: BatchState, progress: dict, arrays: dict) -> Batch
             "failures); delete it to start over"
         )
     return state._replace(
-        start=start, k=k, stopped=None if stopped is None else int(stopped), blocks=(arrays,),
-        separated_at=dict(progress["separated_at"]), evaluations=int(progress["evaluations"]),
+        start=start,
+        k=k,
+        stopped=None if stopped is None else int(stopped),
+        blocks=(arrays,),
+        separated_at=dict(progress["separated_at"]),
+        evaluations=int(progress["evaluations"]),
     )
 
 
@@ -442,11 +481,17 @@ def _batch_front(settings: BatchSettings, cases, max_failures) -> BatchFront:
     game = settings.game
     num_cases = leading_size(cases)
     if settings.observed is None:
-        recorded, scores, choices = _front_function(game.pipeline, game.structure, game.mode)(cases, settings.key)
+        recorded, scores, choices = _front_function(game.pipeline, game.structure, game.mode)(
+            cases, settings.key
+        )
     else:
         ids = np.arange(num_cases)
-        recorded = inferred_worlds(game.pipeline, cases, settings.observed, _inferred_key(settings.key), 1, case_ids=ids)
-        scores, choices = _observed_front_function(game.pipeline, game.structure, game.mode)(cases, recorded)
+        recorded = inferred_worlds(
+            game.pipeline, cases, settings.observed, _inferred_key(settings.key), 1, case_ids=ids
+        )
+        scores, choices = _observed_front_function(game.pipeline, game.structure, game.mode)(
+            cases, recorded
+        )
     scores, choices = np.asarray(scores), np.asarray(choices)
     nan = np.isnan(scores)  # never a pass, never a failure to blame: an error
     check_scores_in_range(
@@ -474,7 +519,9 @@ def _batch_init(settings: BatchSettings, front: BatchFront, cases) -> BatchState
     drill-down; one evaluation each), their worlds, and the checkpoints of the stream."""
     game, failed = settings.game, front.failed
     select = _select_function(game)
-    failed_cases, own_worlds, fixed_choices = select(cases, front.recorded, np.asarray(failed, np.int32))
+    failed_cases, own_worlds, fixed_choices = select(
+        cases, front.recorded, np.asarray(failed, np.int32)
+    )
     if settings.noise == "recorded":  # the failures' own worlds
         worlds = own_worlds
     else:
@@ -528,7 +575,9 @@ def _batch_step(settings: BatchSettings, state: BatchState) -> BatchState:
         padded = rows
     else:
         padded = np.concatenate([rows, np.full(block_size - rows.size, rows[0])])
-        block_cases, block_worlds = take_rows((state.cases, state.worlds), np.asarray(padded, np.int32))
+        block_cases, block_worlds = take_rows(
+            (state.cases, state.worlds), np.asarray(padded, np.int32)
+        )
     block = _analyse(settings, block_cases, block_worlds, state.start, state.case_ids[padded])
     # the padding's values and evaluations (linear in the rows) are dropped
     evaluations = state.evaluations + block.pop("evaluations") * rows.size // padded.size
@@ -544,7 +593,9 @@ def _batch_step(settings: BatchSettings, state: BatchState) -> BatchState:
         first = {}
         for rule in INTERVAL_RULES:
             if separated_at[rule] is None:
-                hits = np.flatnonzero(top_separated_at(values, ts, ks, rule, settings.delta, settings.value_range))
+                hits = np.flatnonzero(
+                    top_separated_at(values, ts, ks, rule, settings.delta, settings.value_range)
+                )
                 first[rule] = int(hits[0]) if hits.size else None
         looked = len(ts)  # when the batch stops, checkpoints after the stop are not looked at
         if settings.stop_early and first.get(settings.interval) is not None:
@@ -555,11 +606,18 @@ def _batch_step(settings: BatchSettings, state: BatchState) -> BatchState:
                 separated_at[rule] = int(ts[j])
         k = reached
     return state._replace(
-        start=start, k=k, blocks=blocks, separated_at=separated_at, stopped=stopped, evaluations=evaluations
+        start=start,
+        k=k,
+        blocks=blocks,
+        separated_at=separated_at,
+        stopped=stopped,
+        evaluations=evaluations,
     )
 
 
-def _batch_finish(settings: BatchSettings, front: BatchFront, state: BatchState, option_names) -> BatchResult:
+def _batch_finish(
+    settings: BatchSettings, front: BatchFront, state: BatchState, option_names
+) -> BatchResult:
     """The statistics across the analysed failures, and the result on the host; the
     drill-down shows the failed run and the fully fixed run of each analysed failure."""
     game, marks, stopped = settings.game, state.marks, state.stopped
@@ -570,7 +628,9 @@ def _batch_finish(settings: BatchSettings, front: BatchFront, state: BatchState,
         cat = {name: value[: marks[stopped - 1]] for name, value in cat.items()}
     analysed = front.failed[: cat["shapley"].shape[0]]
     values = cat["shapley"]
-    mean, lo, hi, _ = checkpoint_interval(values, k_last, settings.interval, settings.delta, settings.value_range)
+    mean, lo, hi, _ = checkpoint_interval(
+        values, k_last, settings.interval, settings.delta, settings.value_range
+    )
     total = cat["total"]
     share = values.sum(0) / total.sum() if abs(total.sum()) > 0 else np.full(n, np.nan)
     last = cat["last_step"]
@@ -604,7 +664,9 @@ def _batch_finish(settings: BatchSettings, front: BatchFront, state: BatchState,
         option_names=_option_names(option_names, game.structure),
         noise=settings.noise,
         question=NOISE_MODES[settings.noise],
-        estimator=estimator if estimator == "exact" else f"mc ({settings.num_permutations} permutations per world)",
+        estimator=estimator
+        if estimator == "exact"
+        else f"mc ({settings.num_permutations} permutations per world)",
         interval=settings.interval,
         delta=settings.delta,
         threshold=settings.threshold,
@@ -620,7 +682,9 @@ def _batch_finish(settings: BatchSettings, front: BatchFront, state: BatchState,
     )
 
 
-def _coalition_tables(settings: BatchSettings, front: BatchFront, state: BatchState, analysed) -> dict:
+def _coalition_tables(
+    settings: BatchSettings, front: BatchFront, state: BatchState, analysed
+) -> dict:
     """Every coalition's score in every world (`[A, W, 2^n]`, as float64) and every site's
     output in each failure's own world (`[A, 2^n, sites]`: recorded noise, or the observed
     path when `observed` is given) of the analysed failures."""
@@ -646,7 +710,9 @@ def _coalition_function(game: Game):
     masks = np.array([[(m >> j) & 1 for j in range(n)] for m in range(1 << n)], bool)
 
     def one(case, worlds, recorded):
-        scores = jax.vmap(lambda w: coalition_values(pipeline, structure, case, w, players, variants, mode))(worlds)
+        scores = jax.vmap(
+            lambda w: coalition_values(pipeline, structure, case, w, players, variants, mode)
+        )(worlds)
         world = jax.tree_util.tree_map(lambda x: x[0], recorded)
 
         def choices(mask):
@@ -683,18 +749,38 @@ def _analyse(settings: BatchSettings, cases, worlds, start: int, case_ids) -> di
     num_f, num_w = worlds.key.shape
     if settings.estimator == "exact":
         result, resolve = exact_run(
-            game, cases, worlds, max_steps=max(n, 20), threshold=settings.threshold, case_ids=case_ids,
+            game,
+            cases,
+            worlds,
+            max_steps=max(n, 20),
+            threshold=settings.threshold,
+            case_ids=case_ids,
             fixed_shape=True,  # every block has the block size: no bucket padding on top
         )
         out = jax.device_get(
-            dict(shapley=result.shapley, empty=result.empty, full=result.full, last_step=result.last_step, resolve=resolve)
+            dict(
+                shapley=result.shapley,
+                empty=result.empty,
+                full=result.full,
+                last_step=result.last_step,
+                resolve=resolve,
+            )
         )  # one transfer; the total repair v(all) - v(empty) on the host (as `result.total`, in its dtype)
-        out = dict(shapley=out["shapley"], total=out["full"] - out["empty"], **{k: v for k, v in out.items() if k != "shapley"})
-        out = {name: value.astype(np.float64) if name != "last_step" else value for name, value in out.items()}
+        out = dict(
+            shapley=out["shapley"],
+            total=out["full"] - out["empty"],
+            **{k: v for k, v in out.items() if k != "shapley"},
+        )
+        out = {
+            name: value.astype(np.float64) if name != "last_step" else value
+            for name, value in out.items()
+        }
         # The structured path scores no coalition on its own: it counts its direct runs.
         runs = 2 + n if result.method == "structured" else 1 << n
         return dict(out, evaluations=num_f * num_w * runs)
-    key = jr.fold_in(settings.key, 0)  # failure i of the stream: fold_in(key, i), whatever its block
+    key = jr.fold_in(
+        settings.key, 0
+    )  # failure i of the stream: fold_in(key, i), whatever its block
     function = _mc_function(game, settings.num_permutations)
     estimate, empty, full, last, resolve, low, high, nan = over_failures(  # split over devices
         function, cases, worlds, key, settings.threshold, jnp.int32(start)
@@ -714,7 +800,9 @@ def _analyse(settings: BatchSettings, cases, worlds, start: int, case_ids) -> di
         full=np.asarray(full, np.float64),
         last_step=np.asarray(last),
         resolve=np.asarray(resolve, np.float64),
-        evaluations=num_f * num_w * (2 + settings.num_permutations * (n - 1) + n),  # + n: the fixes alone
+        evaluations=num_f
+        * num_w
+        * (2 + settings.num_permutations * (n - 1) + n),  # + n: the fixes alone
     )
 
 
@@ -728,9 +816,15 @@ def _mc_function(game: Game, num_permutations: int):
     masks = np.concatenate([np.zeros((1, n), bool), np.ones((1, n), bool), np.eye(n, dtype=bool)])
 
     def one(case, worlds, key, threshold):
-        estimate = mc_shapley_fixed(pipeline, structure, case, worlds, key, num_permutations, players, variants, mode=mode)
-        v = jax.vmap(lambda w: mask_values(pipeline, structure, case, w, players, variants, masks, mode))(worlds)
-        last = jax.vmap(lambda w: last_step_blame(pipeline, structure, case, w, players, variants, mode))(worlds)
+        estimate = mc_shapley_fixed(
+            pipeline, structure, case, worlds, key, num_permutations, players, variants, mode=mode
+        )
+        v = jax.vmap(
+            lambda w: mask_values(pipeline, structure, case, w, players, variants, masks, mode)
+        )(worlds)
+        last = jax.vmap(
+            lambda w: last_step_blame(pipeline, structure, case, w, players, variants, mode)
+        )(worlds)
         resolve = (v[:, 2:] >= threshold).mean(axis=0)  # [n]: each player's fix alone
         low = jnp.minimum(estimate.low, v.min())  # every score computed, for the range check
         high = jnp.maximum(estimate.high, v.max())
@@ -790,7 +884,11 @@ def _select_function(game: Game):
             plan = mask_plan(structure, players, variants, full)
             return trace_run(pipeline, structure, case, world, plan, mode)["choice"]
 
-        return cases, worlds, jax.vmap(fixed)(cases, jax.tree_util.tree_map(lambda x: x[:, 0], worlds))
+        return (
+            cases,
+            worlds,
+            jax.vmap(fixed)(cases, jax.tree_util.tree_map(lambda x: x[:, 0], worlds)),
+        )
 
     return jax.jit(select)
 
@@ -805,8 +903,14 @@ def _progress(enabled: bool, total: int, done: int = 0):
     except ImportError:  # tqdm is optional
         return None
     return tqdm(
-        total=total, initial=done, desc="failures", unit="failure", leave=False, smoothing=0.5,
-        mininterval=0, miniters=1,  # show every block
+        total=total,
+        initial=done,
+        desc="failures",
+        unit="failure",
+        leave=False,
+        smoothing=0.5,
+        mininterval=0,
+        miniters=1,  # show every block
     )
 
 
@@ -824,7 +928,9 @@ def _option_names(option_names, structure):
         labels = option_names.get(step)
         k = structure.num_options[structure.step_index(step)]
         if labels is not None and len(labels) != k:
-            raise ValueError(f"`option_names[{step!r}]` must name all {k} options, got {len(labels)}")
+            raise ValueError(
+                f"`option_names[{step!r}]` must name all {k} options, got {len(labels)}"
+            )
         out.append((step, tuple(labels) if labels is not None else None))
     for step in option_names:
         structure.step_index(step)  # unknown names raise
@@ -840,16 +946,36 @@ def _empty_result(settings: BatchSettings, front: BatchFront, option_names) -> B
     z = np.zeros((0,))
     nan = np.full((n,), np.nan)
     return BatchResult(
-        steps=names, site_steps=tuple(s.step for s in structure.sites),
-        option_names=_option_names(option_names, structure), noise=settings.noise,
-        question=NOISE_MODES[settings.noise], estimator=settings.estimator, interval=settings.interval,
-        delta=settings.delta, threshold=settings.threshold, score_range=game.score_range,
-        num_cases=front.num_cases, num_failures=0, evaluations=front.num_cases,
-        separated=False, separated_at={rule: None for rule in INTERVAL_RULES},
-        failure_ids=np.zeros((0,), np.int64), shapley=np.zeros((0, n)), total=z, empty=z, full=z,
-        resolve=np.zeros((0, n)), last_step=np.zeros((0, 1), np.int32), mean_shapley=nan,
-        lower=nan, upper=nan, share_of_repair=nan, resolve_rate=nan, last_step_rate=nan,
-        factual_choice=np.zeros((0, sites), np.int32), fixed_choice=np.zeros((0, sites), np.int32),
+        steps=names,
+        site_steps=tuple(s.step for s in structure.sites),
+        option_names=_option_names(option_names, structure),
+        noise=settings.noise,
+        question=NOISE_MODES[settings.noise],
+        estimator=settings.estimator,
+        interval=settings.interval,
+        delta=settings.delta,
+        threshold=settings.threshold,
+        score_range=game.score_range,
+        num_cases=front.num_cases,
+        num_failures=0,
+        evaluations=front.num_cases,
+        separated=False,
+        separated_at={rule: None for rule in INTERVAL_RULES},
+        failure_ids=np.zeros((0,), np.int64),
+        shapley=np.zeros((0, n)),
+        total=z,
+        empty=z,
+        full=z,
+        resolve=np.zeros((0, n)),
+        last_step=np.zeros((0, 1), np.int32),
+        mean_shapley=nan,
+        lower=nan,
+        upper=nan,
+        share_of_repair=nan,
+        resolve_rate=nan,
+        last_step_rate=nan,
+        factual_choice=np.zeros((0, sites), np.int32),
+        fixed_choice=np.zeros((0, sites), np.int32),
         factual_score=z,
     )
 
@@ -943,13 +1069,19 @@ class BatchResult(JSONExport, eqx.Module):
         # What the reports show, computed once from the per-failure values.
         if self.intervals is None:
             self.intervals = batch_intervals(
-                self.shapley, self.resolve, level=self.level, delta=self.delta,
-                checkpoint=self.interval_checkpoint, score_range=self.score_range,
+                self.shapley,
+                self.resolve,
+                level=self.level,
+                delta=self.delta,
+                checkpoint=self.interval_checkpoint,
+                score_range=self.score_range,
             )
         if self.step_order is None:
             self.step_order = tuple(self.steps[i] for i in report_step_order(self.mean_shapley))
         if self.largest_blame is None:
-            self.largest_blame = report_largest_blame(self.shapley, self.total, self.steps, self.score_range)
+            self.largest_blame = report_largest_blame(
+                self.shapley, self.total, self.steps, self.score_range
+            )
 
     @classmethod
     def _nested(cls) -> dict:

@@ -81,7 +81,9 @@ def tree_identity(tree) -> dict:
     leaves, treedef = jax.tree_util.tree_flatten_with_path(tree)
     return {
         "treedef": str(treedef),
-        "leaves": [dict(leaf=jax.tree_util.keystr(path), **array_identity(leaf)) for path, leaf in leaves],
+        "leaves": [
+            dict(leaf=jax.tree_util.keystr(path), **array_identity(leaf)) for path, leaf in leaves
+        ],
     }
 
 
@@ -119,7 +121,9 @@ def callable_identity(function) -> dict:
 def _code_bytes(code: types.CodeType) -> bytes:
     parts = [code.co_code, repr(code.co_names).encode(), repr(code.co_varnames).encode()]
     for const in code.co_consts:
-        parts.append(_code_bytes(const) if isinstance(const, types.CodeType) else repr(const).encode())
+        parts.append(
+            _code_bytes(const) if isinstance(const, types.CodeType) else repr(const).encode()
+        )
     return b"\x00".join(parts)
 
 
@@ -133,7 +137,11 @@ def _value_bytes(value) -> bytes:
     if isinstance(value, (tuple, list)):
         return b"[" + b",".join(_value_bytes(v) for v in value) + b"]"
     if isinstance(value, dict):
-        return b"{" + b",".join(repr(k).encode() + b":" + _value_bytes(v) for k, v in value.items()) + b"}"
+        return (
+            b"{"
+            + b",".join(repr(k).encode() + b":" + _value_bytes(v) for k, v in value.items())
+            + b"}"
+        )
     return f"<{type(value).__module__}.{type(value).__qualname__}>".encode()
 
 
@@ -170,7 +178,9 @@ def _json_value(value):
 def checkpoint_path(checkpoint) -> str:
     """The checked `checkpoint` argument as an absolute path, before any work."""
     if isinstance(checkpoint, bool) or not isinstance(checkpoint, (str, os.PathLike)):
-        raise TypeError(f"`checkpoint` must be a file path (str or os.PathLike), got {checkpoint!r}")
+        raise TypeError(
+            f"`checkpoint` must be a file path (str or os.PathLike), got {checkpoint!r}"
+        )
     path = os.path.abspath(os.fspath(checkpoint))
     folder = os.path.dirname(path)
     if os.path.isdir(path):
@@ -219,7 +229,7 @@ def read_checkpoint(path: str, fingerprint: dict):
         ) from None
     if not isinstance(document, dict) or document.get("kind") != KIND:
         raise CheckpointError(
-            f"`checkpoint` file {path!r} is not a blamejax checkpoint (no \"kind\": {KIND!r}); "
+            f'`checkpoint` file {path!r} is not a blamejax checkpoint (no "kind": {KIND!r}); '
             "pass another `checkpoint` path"
         )
     version = document.get("format")
@@ -229,7 +239,9 @@ def read_checkpoint(path: str, fingerprint: dict):
             f"(format {FORMAT}); resume it with the blamejax that wrote it, or delete it to start over"
         )
     if version != FORMAT:
-        raise CheckpointError(f"`checkpoint` file {path!r} has an unknown format {version!r} (expected {FORMAT})")
+        raise CheckpointError(
+            f"`checkpoint` file {path!r} has an unknown format {version!r} (expected {FORMAT})"
+        )
     if document.get("sha256") != _checksum({k: v for k, v in document.items() if k != "sha256"}):
         raise CheckpointError(
             f"`checkpoint` file {path!r} is corrupt (its checksum does not match its content); "
@@ -246,17 +258,25 @@ def read_checkpoint(path: str, fingerprint: dict):
         arrays = {name: _decode(value) for name, value in document["arrays"].items()}
         progress = document["progress"]
     except (KeyError, TypeError, ValueError) as error:
-        raise CheckpointError(f"`checkpoint` file {path!r} is corrupt ({error}); delete it to start over") from None
+        raise CheckpointError(
+            f"`checkpoint` file {path!r} is corrupt ({error}); delete it to start over"
+        ) from None
     return progress, arrays
 
 
 def _checksum(document: dict) -> str:
-    return hashlib.sha256(json.dumps(document, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return hashlib.sha256(
+        json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+    ).hexdigest()
 
 
 def _encode(array: np.ndarray) -> dict:
     little = np.ascontiguousarray(array.astype(array.dtype.newbyteorder("<"), copy=False))
-    return {"dtype": array.dtype.name, "shape": list(array.shape), "base64": base64.b64encode(little.tobytes()).decode()}
+    return {
+        "dtype": array.dtype.name,
+        "shape": list(array.shape),
+        "base64": base64.b64encode(little.tobytes()).decode(),
+    }
 
 
 def _decode(entry: dict) -> np.ndarray:
@@ -275,17 +295,25 @@ def _differences(stored, current: dict) -> list[str]:
             out.append(f"`{name}` is not in the file")
         elif stored[name] != current[name]:
             out.append(_difference(name, stored[name], current[name]))
-    out.extend(f"the file has `{name}`, this call does not" for name in stored if name not in current)
+    out.extend(
+        f"the file has `{name}`, this call does not" for name in stored if name not in current
+    )
     return out
 
 
 def _difference(name: str, stored, current) -> str:
-    label = f"the {name}" if " " in name or name.startswith("jax_") or name == "backend" else f"`{name}`"
+    label = (
+        f"the {name}"
+        if " " in name or name.startswith("jax_") or name == "backend"
+        else f"`{name}`"
+    )
     if name == "cases" and isinstance(stored, dict) and isinstance(current, dict):
         return f"`cases` differ ({_tree_difference(stored, current)})"
     if name == "pipeline" and isinstance(stored, dict) and isinstance(current, dict):
         if stored.get("name") != current.get("name"):
-            return f"`pipeline` differs (file: {stored.get('name')}, this call: {current.get('name')})"
+            return (
+                f"`pipeline` differs (file: {stored.get('name')}, this call: {current.get('name')})"
+            )
         return f"`pipeline` {current.get('name')} differs (its code or the values it closes over changed)"
     return f"{label} differs (file: {_short(stored)}, this call: {_short(current)})"
 
@@ -321,8 +349,11 @@ class _DeferredInterrupt:
         self.notice = f"{name}: Ctrl-C received; stopping after the current block of failures"
 
     def __call__(self, signum, frame):
-        print(self.notice if not self.received else f"{self.name}: still finishing the current block",
-              file=sys.stderr, flush=True)
+        print(
+            self.notice if not self.received else f"{self.name}: still finishing the current block",
+            file=sys.stderr,
+            flush=True,
+        )
         self.received += 1
 
 
@@ -336,7 +367,11 @@ def defers_interrupts(function):
         if threading.current_thread() is not threading.main_thread():
             return function(*args, **kwargs)
         previous = signal.getsignal(signal.SIGINT)
-        if previous is signal.SIG_IGN or previous is None or isinstance(previous, _DeferredInterrupt):
+        if (
+            previous is signal.SIG_IGN
+            or previous is None
+            or isinstance(previous, _DeferredInterrupt)
+        ):
             return function(*args, **kwargs)
         signal.signal(signal.SIGINT, _DeferredInterrupt(function.__name__))
         try:
@@ -352,12 +387,20 @@ def interrupted(*after) -> bool:
     `after` (if any) are computed: a signal that comes while they run is seen."""
     if after:
         jax.block_until_ready(after)
-    handler = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
+    handler = (
+        signal.getsignal(signal.SIGINT)
+        if threading.current_thread() is threading.main_thread()
+        else None
+    )
     return isinstance(handler, _DeferredInterrupt) and handler.received > 0
 
 
 def interrupt_notice(text: str) -> None:
     """What the current `defers_interrupts` call prints on the first SIGINT."""
-    handler = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
+    handler = (
+        signal.getsignal(signal.SIGINT)
+        if threading.current_thread() is threading.main_thread()
+        else None
+    )
     if isinstance(handler, _DeferredInterrupt):
         handler.notice = text

@@ -45,10 +45,14 @@ def failure_sharding(devices: Sequence | jax.Device | None = None):
     elif isinstance(devices, jax.Device):
         devices = [devices]
     if isinstance(devices, str) or not isinstance(devices, (list, tuple)):
-        raise TypeError(f"`devices` must be a jax device or a non-empty sequence of them, got {given!r}")
+        raise TypeError(
+            f"`devices` must be a jax device or a non-empty sequence of them, got {given!r}"
+        )
     devices = list(devices)
     if not devices or not all(isinstance(d, jax.Device) for d in devices):
-        raise TypeError(f"`devices` must be a jax device or a non-empty sequence of them, got {given!r}")
+        raise TypeError(
+            f"`devices` must be a jax device or a non-empty sequence of them, got {given!r}"
+        )
     if len(devices) == 1:
         return None
     mesh = jax.sharding.Mesh(np.asarray(devices), (AXIS,))
@@ -90,7 +94,8 @@ def _global(x, sharding):
 def spans_processes(tree) -> bool:
     """Whether some array of `tree` lives partly on another process's devices."""
     return any(
-        isinstance(x, jax.Array) and not x.is_fully_addressable for x in jax.tree_util.tree_leaves(tree)
+        isinstance(x, jax.Array) and not x.is_fully_addressable
+        for x in jax.tree_util.tree_leaves(tree)
     )
 
 

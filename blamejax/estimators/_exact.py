@@ -117,7 +117,6 @@ class ExactResult(JSONExport, eqx.Module):
         return "\n".join(lines)
 
 
-
 def _bucket(count: int, chunk: int) -> int:
     """The smallest bucket size >= count, capped at the chunk size. Buckets keep four
     significant bits (1..16, then 18, 20, ..., 32, 36, 40, ...): less than an eighth of a
@@ -137,7 +136,9 @@ def _chunk_function(game: Game, interactions: bool, world_group: int, rows_per_w
         # The world's noise is computed once and shared by the coalition table and the
         # last-step baseline.
         noise = world_noise(structure, world)
-        v = coalition_values(pipeline, structure, case, world, players, fixes, mode, noise, rows_per_world)
+        v = coalition_values(
+            pipeline, structure, case, world, players, fixes, mode, noise, rows_per_world
+        )
         last = last_step_blame(pipeline, structure, case, world, players, fixes, mode, noise)
         return (v,) + _min_max(v) + (jnp.asarray(last, jnp.int32),)
 
@@ -164,11 +165,21 @@ def _chunk_function(game: Game, interactions: bool, world_group: int, rows_per_w
             def body(carry, group):
                 total, lo, hi, hits = carry
                 v, low, high, last = jax.vmap(cube, in_axes=(None, 0))(case, group)
-                carry = (total + v.sum(0), jnp.minimum(lo, low.min()), jnp.maximum(hi, high.max()), hits + hit(v).sum(0))
+                carry = (
+                    total + v.sum(0),
+                    jnp.minimum(lo, low.min()),
+                    jnp.maximum(hi, high.max()),
+                    hits + hit(v).sum(0),
+                )
                 return carry, last
 
             size = 1 << len(players)
-            init = (jnp.zeros(size), jnp.asarray(jnp.inf), jnp.asarray(-jnp.inf), jnp.zeros(len(players)))
+            init = (
+                jnp.zeros(size),
+                jnp.asarray(jnp.inf),
+                jnp.asarray(-jnp.inf),
+                jnp.zeros(len(players)),
+            )
             (total, lo, hi, hits), last = jax.lax.scan(body, init, groups)
             last = last.reshape(num_worlds)
         mean = total / num_worlds
@@ -180,7 +191,9 @@ def _chunk_function(game: Game, interactions: bool, world_group: int, rows_per_w
         NaN check (`stats`), and, when `threshold` is given, the share of worlds in which
         fixing each player alone reaches it (`[F, n]`; zeros otherwise)."""
         note_trace("exact.chunk")
-        attribution, lo, hi, last, resolve = jax.vmap(per_failure, in_axes=(0, 0, None))(cases, worlds, threshold)
+        attribution, lo, hi, last, resolve = jax.vmap(per_failure, in_axes=(0, 0, None))(
+            cases, worlds, threshold
+        )
         # [lowest score, highest score, any NaN/+inf logits]: one small transfer to check.
         stats = jnp.stack([lo.min(), hi.max(), _non_finite(cases).astype(lo.dtype)])
         return attribution, last, stats, resolve
@@ -203,24 +216,39 @@ def structured_plan(game: Game, cases, max_states: int = DEFAULT_MAX_STATES):
 
     if graph.free:
         site, reads = graph.free[0]
-        return None, None, (
-            f"step {named(site)} computes its logits from the option of "
-            f"{', '.join(named(r) for r in reads)} by free JAX code (pass the parents with "
-            "`given=` and a table with one axis per parent to make it tabulated)"
+        return (
+            None,
+            None,
+            (
+                f"step {named(site)} computes its logits from the option of "
+                f"{', '.join(named(r) for r in reads)} by free JAX code (pass the parents with "
+                "`given=` and a table with one axis per parent to make it tabulated)"
+            ),
         )
     if graph.foreign:
-        return None, None, f"`given` of step {named(graph.foreign[0])} holds a choice its context did not return"
+        return (
+            None,
+            None,
+            f"`given` of step {named(graph.foreign[0])} holds a choice its context did not return",
+        )
+
     def states(scope):
         return math.prod(structure.sites[s].num_options for s in scope)
 
     factors = (graph.scope,)
-    if states(graph.scope) > max_states:  # a product of factors, each multiplied in at its last site
+    if (
+        states(graph.scope) > max_states
+    ):  # a product of factors, each multiplied in at its last site
         widest = max(graph.factors, key=states)
         if states(widest) > max_states:
-            return None, None, (
-                f"the score reads {len(graph.scope)} steps ({', '.join(named(s) for s in graph.scope)}), "
-                f"{states(graph.scope):,} joint options, above {max_states:,}, and its widest factor "
-                f"reads {len(widest)} of them ({states(widest):,} joint options)"
+            return (
+                None,
+                None,
+                (
+                    f"the score reads {len(graph.scope)} steps ({', '.join(named(s) for s in graph.scope)}), "
+                    f"{states(graph.scope):,} joint options, above {max_states:,}, and its widest factor "
+                    f"reads {len(widest)} of them ({states(widest):,} joint options)"
+                ),
             )
         factors = graph.factors
     elim = elimination(structure, graph, list(game.players), list(game.fixes), factors)
@@ -230,10 +258,14 @@ def structured_plan(game: Game, cases, max_states: int = DEFAULT_MAX_STATES):
         what = ", ".join(sites) + (f" and {bits} fix bit(s)" if bits else "")
         m = 1 + -(-game.num_players // 2)
         need = elim.width * m * 4
-        return None, None, (
-            f"its frontier is {len(elim.widest)} wide (the joint options of {what}: "
-            f"{elim.width:,} states, above {max_states:,}; about {need / 2**20:,.0f} MiB per "
-            "failure and world at each draw)"
+        return (
+            None,
+            None,
+            (
+                f"its frontier is {len(elim.widest)} wide (the joint options of {what}: "
+                f"{elim.width:,} states, above {max_states:,}; about {need / 2**20:,.0f} MiB per "
+                "failure and world at each draw)"
+            ),
         )
     return elim, graph, None
 
@@ -307,7 +339,9 @@ def _structured_function(game: Game, elim, graph, interactions: bool):
 
     def chunk(cases, worlds, threshold=None):
         note_trace("exact.structured")
-        attribution, lo, hi, last, resolve = jax.vmap(per_failure, in_axes=(0, 0, None))(cases, worlds, threshold)
+        attribution, lo, hi, last, resolve = jax.vmap(per_failure, in_axes=(0, 0, None))(
+            cases, worlds, threshold
+        )
         stats = jnp.stack([lo.min(), hi.max(), _non_finite(cases).astype(lo.dtype)])
         return attribution, last, stats, resolve
 
@@ -422,8 +456,15 @@ def exact_blame(
     game = make_game(pipeline, cases, steps=steps, fixes=fixes, mode=mode, score_range=score_range)
     interrupt_notice("exact_blame: Ctrl-C received; stopping after the current chunk of failures")
     result = exact_run(
-        game, cases, worlds, interactions=interactions, max_steps=max_steps, chunk_size=chunk_size,
-        devices=devices, interruptible=True, method=method,
+        game,
+        cases,
+        worlds,
+        interactions=interactions,
+        max_steps=max_steps,
+        chunk_size=chunk_size,
+        devices=devices,
+        interruptible=True,
+        method=method,
     )[0]
     warn_not_failures(result.empty, game.score_range)
     return result
@@ -459,8 +500,14 @@ def exact_run(
     per-run check, which tells a row that some coalition reaches (an error) from one that
     none does (no effect). Without such rows both passes compute the same values."""
     again = dict(
-        interactions=interactions, max_steps=max_steps, chunk_size=chunk_size, devices=devices,
-        threshold=threshold, case_ids=case_ids, interruptible=interruptible, fixed_shape=fixed_shape,
+        interactions=interactions,
+        max_steps=max_steps,
+        chunk_size=chunk_size,
+        devices=devices,
+        threshold=threshold,
+        case_ids=case_ids,
+        interruptible=interruptible,
+        fixed_shape=fixed_shape,
         method="enumerate",
     )
     num_failures = leading_size(cases)
@@ -510,7 +557,9 @@ def exact_run(
             chunk_cases, chunk_worlds = take_rows((cases, worlds), np.asarray(index, np.int32))
         chunk_cases, chunk_worlds = place((chunk_cases, chunk_worlds), sharding)
         # Across processes the outputs are gathered whole into every process.
-        attribution, last, chunk_stats, resolve = to_local(function(chunk_cases, chunk_worlds, threshold))
+        attribution, last, chunk_stats, resolve = to_local(
+            function(chunk_cases, chunk_worlds, threshold)
+        )
         pieces.append((attribution, last, resolve, stop - start))
         stats.append(chunk_stats)
         if interruptible and interrupted(chunk_stats):
@@ -518,18 +567,24 @@ def exact_run(
                 f"exact_blame stopped by Ctrl-C after {stop} of {num_failures} failures; nothing "
                 "was kept: blame_batch(..., checkpoint=PATH) keeps each completed block and resumes from it"
             )
-    stats = np.asarray(stats[0])[None] if len(stats) == 1 else np.stack([np.asarray(x) for x in stats])
+    stats = (
+        np.asarray(stats[0])[None] if len(stats) == 1 else np.stack([np.asarray(x) for x in stats])
+    )
     if stats[:, 2].any():
         check_finite_logits(cases)  # raises, naming the leaf and the index
     if len(pieces) == 1 and pieces[0][1].shape[0] == num_failures:
         attribution, last, resolve, _ = pieces[0]
     else:
-        attribution, last, resolve = _join(tuple(p[:3] for p in pieces), tuple(p[3] for p in pieces))
+        attribution, last, resolve = _join(
+            tuple(p[:3] for p in pieces), tuple(p[3] for p in pieces)
+        )
     # A NaN score makes the failure's Shapley values (every coalition has a positive weight),
     # v(empty) or v(all) NaN: tested on the results, which is reliable where min/max are not.
     nan = np.isnan(np.asarray(attribution.shapley)).any(axis=1)
     nan |= np.isnan(np.asarray(attribution.empty)) | np.isnan(np.asarray(attribution.full))
-    if method == "enumerate" and rows_per_world and nan.any():  # a row without a valid option, maybe never reached
+    if (
+        method == "enumerate" and rows_per_world and nan.any()
+    ):  # a row without a valid option, maybe never reached
         return exact_run(game, cases, worlds, rows_per_world=False, **again)
     check_scores_in_range(
         stats[:, 0].min(),
@@ -565,7 +620,9 @@ def explain_nan(game: Game, cases, worlds: World, suspects, case_ids=None) -> st
         case = jax.tree_util.tree_map(lambda x: x[f], cases)
         for w in range(num_worlds):
             world = jax.tree_util.tree_map(lambda x: x[f, w], worlds)
-            words = explain_nan_score(game.pipeline, game.structure, case, world, game.players, game.fixes, game.mode)
+            words = explain_nan_score(
+                game.pipeline, game.structure, case, world, game.players, game.fixes, game.mode
+            )
             if not words.startswith("no coalition"):
                 who = f"failure {int(f)}" if case_ids is None else f"case {int(case_ids[f])}"
                 return f"{who}, world {w}: {words}"

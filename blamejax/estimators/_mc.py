@@ -374,6 +374,7 @@ def mc_shapley_fixed(
 # each and the loop needs fewer iterations; the same compiled function serves every checkpoint.
 # --------------------------------------------------------------------------------------
 
+
 def _ends_in_loop(n: int) -> bool:
     """Whether `mc_shapley` scores the empty and the full coalition inside its loop, as the
     first iteration of each run (one block of prefixes per lane, `scored_prefixes(n) //
@@ -537,9 +538,7 @@ def _advance_function(game: Game, antithetic: bool, lanes: int):
 
         zeros = jnp.zeros((num_slots, n), empty.dtype)
         init = (zeros, zeros, zeros, zeros, end_low.min(), end_high.max(), empty, full)
-        s1, _, s2, _, low, high, empty, full = jax.lax.fori_loop(
-            first, num_iterations, body, init
-        )
+        s1, _, s2, _, low, high, empty, full = jax.lax.fori_loop(first, num_iterations, body, init)
         return s1, s2, low, high, num_iterations, empty, full
 
     return jax.jit(advance)
@@ -751,8 +750,21 @@ def mc_shapley(
     game = make_game(pipeline, cases, steps=steps, fixes=fixes, mode=mode, score_range=score_range)
     check_finite_logits(cases)
     settings = _mc_settings(
-        game, cases, worlds, key, max_evaluations, delta, radius, stop, epsilon, t1, gamma,
-        antithetic, chunk_size, lanes, history,
+        game,
+        cases,
+        worlds,
+        key,
+        max_evaluations,
+        delta,
+        radius,
+        stop,
+        epsilon,
+        t1,
+        gamma,
+        antithetic,
+        chunk_size,
+        lanes,
+        history,
     )
     cases = jax.tree_util.tree_map(jnp.asarray, cases)  # on the device once, sliced there
     sharding = failure_sharding(devices)
@@ -762,7 +774,9 @@ def mc_shapley(
     advance = _advance_function(game, settings.antithetic, settings.num_lanes)
     if sharding is not None:
         advance = split_over_devices(
-            advance, sharding, (0, 0, 0, None, 0, 0, 0, "device", None, None),
+            advance,
+            sharding,
+            (0, 0, 0, None, 0, 0, 0, "device", None, None),
             (0, 0, "device", "device", "device", 0, 0),
         )
     state = _mc_init(settings)
@@ -790,8 +804,21 @@ def _interrupted(result: MCResult, k: int, num_checkpoints: int) -> KeyboardInte
 
 
 def _mc_settings(
-    game, cases, worlds, key, max_evaluations, delta, radius, stop, epsilon, t1, gamma,
-    antithetic, chunk_size, lanes, history,
+    game,
+    cases,
+    worlds,
+    key,
+    max_evaluations,
+    delta,
+    radius,
+    stop,
+    epsilon,
+    t1,
+    gamma,
+    antithetic,
+    chunk_size,
+    lanes,
+    history,
 ) -> MCSettings:
     """Check `mc_shapley`'s own arguments and fix the schedule and the compiled shapes."""
     num_failures = leading_size(cases)
@@ -863,7 +890,9 @@ def _mc_init(settings: MCSettings) -> MCState:
     history = None
     if settings.history:
         shape = (num_failures, len(settings.schedule), n)
-        history = {name: np.full(shape, np.nan) for name in ("values", "variance", "lower", "upper")}
+        history = {
+            name: np.full(shape, np.nan) for name in ("values", "variance", "lower", "upper")
+        }
     return MCState(
         empty=np.zeros(num_failures),
         full=np.zeros(num_failures),
@@ -883,23 +912,41 @@ def _mc_init(settings: MCSettings) -> MCState:
     )
 
 
-def _mc_step(settings: MCSettings, advance, state: MCState, cases, worlds, k: int, t_k: int) -> MCState:
+def _mc_step(
+    settings: MCSettings, advance, state: MCState, cases, worlds, k: int, t_k: int
+) -> MCState:
     """Advance every active failure to `t_k` samples (checkpoint k), form its intervals and
     apply the stopping rules; the failures that stop leave `active`."""
     n = settings.game.num_players
     state = state._replace(  # copies: the state given is left as it was
         **{
             name: getattr(state, name).copy()
-            for name in ("empty", "full", "count", "mean", "m2", "lower", "upper", "evaluations", "converged", "rule", "checkpoint")
+            for name in (
+                "empty",
+                "full",
+                "count",
+                "mean",
+                "m2",
+                "lower",
+                "upper",
+                "evaluations",
+                "converged",
+                "rule",
+                "checkpoint",
+            )
         },
-        history=None if state.history is None else {name: x.copy() for name, x in state.history.items()},
+        history=None
+        if state.history is None
+        else {name: x.copy() for name, x in state.history.items()},
     )
     empty, full, count, mean, m2 = state.empty, state.full, state.count, state.mean, state.m2
     active, t_prev, computed = state.active, state.t_prev, state.computed
     steps_now = t_k - t_prev
     dtype = jnp.result_type(float)  # the scores' dtype: float32, or float64 under x64
     lows, highs = [], []
-    for part, index, rows, num_active, positions in _packed(active, settings.num_slots, settings.devices):
+    for part, index, rows, num_active, positions in _packed(
+        active, settings.num_slots, settings.devices
+    ):
         cases_s, worlds_s = take_rows((cases, worlds), rows)
         shift = mean[index].astype(dtype)
         s1, s2, lo, hi, iterations, ends_empty, ends_full = advance(
@@ -950,11 +997,16 @@ def _mc_step(settings: MCSettings, advance, state: MCState, cases, worlds, k: in
     state.upper[active] = mean[active] + half
     if state.history is not None:
         now = dict(
-            values=mean[active], variance=variance, lower=state.lower[active], upper=state.upper[active]
+            values=mean[active],
+            variance=variance,
+            lower=state.lower[active],
+            upper=state.upper[active],
         )
         for name, value in now.items():
             state.history[name][active, k - 1] = value
-    holds = _rules_hold(settings.stop, mean[active], state.lower[active], state.upper[active], settings.epsilon)
+    holds = _rules_hold(
+        settings.stop, mean[active], state.lower[active], state.upper[active], settings.epsilon
+    )
     fired = holds.any(axis=1)
     if settings.stop:
         rule_ids = np.asarray([1 + RULES.index(s) for s in settings.stop])

@@ -53,6 +53,8 @@ from ..stats import newcombe_interval, point_of_commitment, wilson_interval
 from ._plans import DOWNSTREAM, full_plan, step_index, step_of_site
 
 BASELINES = ("factual", "rollouts")
+
+
 class ContrastiveResult(JSONExport, eqx.Module):
     """Contrastive effects of F runs (usually failures) over the n intervened steps.
 
@@ -93,7 +95,6 @@ class ContrastiveResult(JSONExport, eqx.Module):
         """The number of runs analysed, `F`."""
         return int(self.effect.shape[0])
 
-
     @property
     def significant(self) -> Bool[Array, "F n"]:
         """Where the effect interval excludes zero."""
@@ -126,7 +127,10 @@ class ContrastiveResult(JSONExport, eqx.Module):
             f"baseline: {base}; intervals at level 1 - {self.delta:g}/{n}",
         ]
         significant = np.asarray(self.significant[failure])
-        low, high = number(self.low[failure], digits, sign=True), number(self.high[failure], digits, sign=True)
+        low, high = (
+            number(self.low[failure], digits, sign=True),
+            number(self.high[failure], digits, sign=True),
+        )
         side = digits + 4  # the width of a signed number with `digits` decimals, as "+0.123"
         columns = [] if factual else [("baseline", 8, number(self.baseline[failure], digits))]
         columns += [
@@ -383,7 +387,13 @@ def rollout_inputs(pipeline, cases, worlds, steps, num_rollouts):
     check_finite_logits(cases)
     num_worlds = check_worlds(worlds, num_failures, structure)
     players = _players(structure, steps)
-    return structure, num_failures, num_worlds, players, check_positive_int(num_rollouts, "num_rollouts")
+    return (
+        structure,
+        num_failures,
+        num_worlds,
+        players,
+        check_positive_int(num_rollouts, "num_rollouts"),
+    )
 
 
 def _players(structure: Structure, steps) -> tuple[int, ...]:
@@ -397,5 +407,3 @@ def _players(structure: Structure, steps) -> tuple[int, ...]:
     if len(set(players)) != len(players):
         raise ValueError(f"`steps` lists a step twice: {list(steps)}")
     return tuple(sorted(players))
-
-

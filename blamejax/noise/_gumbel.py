@@ -72,7 +72,9 @@ def threefry2x32(k1, k2, x1, x2):
     for block in range(5):
         for r in _ROTATIONS[block % 2]:
             x1 = add(x1, x2)
-            x2 = lax.bitwise_or(lax.shift_left(x2, np.uint32(r)), lax.shift_right_logical(x2, np.uint32(32 - r)))
+            x2 = lax.bitwise_or(
+                lax.shift_left(x2, np.uint32(r)), lax.shift_right_logical(x2, np.uint32(32 - r))
+            )
             x2 = xor(x1, x2)
         x1 = add(x1, schedule[(block + 1) % 3])
         x2 = add(add(x2, schedule[(block + 2) % 3]), np.uint32(block + 1))
@@ -331,7 +333,9 @@ def as_key(key) -> PRNGKeyArray:
     if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
         if not 0 <= int(key) < 2**32:  # wider seeds would alias others (or overflow) silently
             raise ValueError(f"`key`, an int seed, must be in [0, 2**32), got {int(key)}")
-        if str(jax.config.jax_default_prng_impl) == "threefry2x32":  # jr.key's words, nothing to compile
+        if (
+            str(jax.config.jax_default_prng_impl) == "threefry2x32"
+        ):  # jr.key's words, nothing to compile
             return jr.wrap_key_data(np.array([0, int(key)], np.uint32), impl="threefry2x32")
         return jr.key(int(key))
     if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):

@@ -243,7 +243,9 @@ def check_choose_args(step, logits, given, slot):
                 f"but the parent choice has {parent.num_options} options (shape {logits.shape})"
             )
     if logits.shape[0] < 1 or logits.shape[-1] < 1:
-        raise ValueError(f"logits of step {step!r} need >= 1 variant and >= 1 option, got {logits.shape}")
+        raise ValueError(
+            f"logits of step {step!r} need >= 1 variant and >= 1 option, got {logits.shape}"
+        )
     return parents, bool(parents)
 
 
@@ -251,8 +253,15 @@ class Context:
     """The `ctx` a pipeline receives. Built by the engine; users only call its methods."""
 
     def __init__(
-        self, structure, plan: Plan, world: World, mode=Hard(), record=None, noise=None,
-        rows_per_world=False, defer=False,
+        self,
+        structure,
+        plan: Plan,
+        world: World,
+        mode=Hard(),
+        record=None,
+        noise=None,
+        rows_per_world=False,
+        defer=False,
     ):
         self.structure = structure
         # `rows_per_world`: a tabulated step's table with a row that has no valid option
@@ -275,7 +284,10 @@ class Context:
         # trace context (a private API), the context makes every draw at once instead.
         self._trace = _current_trace()
         self.defer = (
-            defer and isinstance(mode, Hard) and record is None and not rows_per_world
+            defer
+            and isinstance(mode, Hard)
+            and record is None
+            and not rows_per_world
             and self._trace is not None
         )
         self._pending: list[_Pending] = []
@@ -348,15 +360,27 @@ class Context:
             if self._pending and self._pending[0].logits.dtype != logits.dtype:
                 self._resolve()  # one batch holds tables of one dtype (the same sums)
             deferred = _Deferred(self)
-            plain = self.world.overrides is None and not _is_active(step_plan.noise, lambda x: x >= 0)
+            plain = self.world.overrides is None and not _is_active(
+                step_plan.noise, lambda x: x >= 0
+            )
             self._pending.append(
                 _Pending(
-                    logits, None if plain else noise, variant, parents, step, step_index,
-                    site_index, deferred,
+                    logits,
+                    None if plain else noise,
+                    variant,
+                    parents,
+                    step,
+                    step_index,
+                    site_index,
+                    deferred,
                 )
             )
             return Choice(
-                index=None, probs=None, num_options=site.num_options, deferred=deferred, reads=self._reads
+                index=None,
+                probs=None,
+                num_options=site.num_options,
+                deferred=deferred,
+                reads=self._reads,
             )
         if isinstance(self.mode, Hard):
             # A step without parents and with at most two variants is tabulated too: the
@@ -365,7 +389,9 @@ class Context:
             # computed once per world instead of once per coalition (the same choice, bit
             # for bit).
             if tabulated or logits.shape[0] <= 2:
-                index, invalid = _tabulated_hard(logits, noise, variant, parents, step, self.rows_per_world)
+                index, invalid = _tabulated_hard(
+                    logits, noise, variant, parents, step, self.rows_per_world
+                )
             else:
                 index = _free_hard_step(logits, noise, variant, step)
                 invalid = index < 0  # a row with no valid option (see `hard_argmax`)
@@ -381,7 +407,9 @@ class Context:
             # [0, K) (or below -1, "not forced") invalidates the run instead of being clamped.
             out_of_range = (forced >= site.num_options) | (forced < -1)
             invalid = jnp.where(forced >= 0, out_of_range, invalid | out_of_range)
-            index = jnp.where(forced >= 0, jnp.minimum(forced, site.num_options - 1), index).astype(jnp.int32)
+            index = jnp.where(forced >= 0, jnp.minimum(forced, site.num_options - 1), index).astype(
+                jnp.int32
+            )
             if probs is not None:
                 hot = jax.nn.one_hot(forced, site.num_options, dtype=probs.dtype)
                 probs = jnp.where(forced >= 0, hot, probs)
@@ -662,7 +690,9 @@ def hard_argmax(logits, noise, step: str = "?"):
 def _invalid_rows(logits, perturbed):
     """Rows (last axis) from which no option can be drawn: all `-inf`, or NaN or `+inf`."""
     lax, last = jax.lax, (logits.ndim - 1,)
-    bad = lax.bitwise_or(lax.ne(perturbed, perturbed), lax.eq(logits, lax.full_like(logits, np.inf)))
+    bad = lax.bitwise_or(
+        lax.ne(perturbed, perturbed), lax.eq(logits, lax.full_like(logits, np.inf))
+    )
     impossible = lax.eq(logits, lax.full_like(logits, -np.inf))
     return lax.bitwise_or(lax.reduce_or(bad, last), lax.reduce_and(impossible, last))
 
@@ -707,7 +737,9 @@ def _relaxed_probs(logits, noise, variant, parents, mode: Relaxed):
     noise = _lift(noise, logits)
     soft = jax.nn.softmax((safe + noise) / mode.tau, axis=-1)  # [V, *K_parents, K]
     if mode.straight_through:
-        hard = jax.nn.one_hot(jnp.argmax(logits + noise, axis=-1), logits.shape[-1], dtype=soft.dtype)
+        hard = jax.nn.one_hot(
+            jnp.argmax(logits + noise, axis=-1), logits.shape[-1], dtype=soft.dtype
+        )
         soft = hard + soft - jax.lax.stop_gradient(soft)
     table = jnp.take(soft, variant, axis=0)  # [*K_parents, K]
     for parent in parents:

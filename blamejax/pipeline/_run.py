@@ -16,8 +16,15 @@ from ._structure import Structure
 
 
 def run_score(
-    pipeline: Callable, structure: Structure, case, world: World, plan: Plan, mode=Hard(), noise=None,
-    rows_per_world=False, defer=False,
+    pipeline: Callable,
+    structure: Structure,
+    case,
+    world: World,
+    plan: Plan,
+    mode=Hard(),
+    noise=None,
+    rows_per_world=False,
+    defer=False,
 ):
     """The score of one run: one case, one world, one plan. Returns a float scalar.
     `noise` is the world's site noise if already computed (see `world_noise`);
@@ -36,15 +43,25 @@ def _score(ctx: Context, score):
     return jnp.where(ctx.invalid, jnp.nan, score)
 
 
-def plan_values(pipeline: Callable, structure: Structure, case, world: World, plans: Plan, mode=Hard()):
+def plan_values(
+    pipeline: Callable, structure: Structure, case, world: World, plans: Plan, mode=Hard()
+):
     """The score of each plan in a batched `Plan` (leading axis on every leaf), for one case
     and one world, with the world's addressed noise computed once."""
     noise = world_noise(structure, world)
-    return jax.vmap(lambda plan: run_score(pipeline, structure, case, world, plan, mode, noise))(plans)
+    return jax.vmap(lambda plan: run_score(pipeline, structure, case, world, plan, mode, noise))(
+        plans
+    )
 
 
 def trace_run(
-    pipeline: Callable, structure: Structure, case, world: World, plan: Plan | None = None, mode=Hard(), noise=None
+    pipeline: Callable,
+    structure: Structure,
+    case,
+    world: World,
+    plan: Plan | None = None,
+    mode=Hard(),
+    noise=None,
 ):
     """Run one plan and return what every draw saw and chose.
 

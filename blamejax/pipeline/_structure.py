@@ -162,7 +162,11 @@ def discover(pipeline: Callable, case) -> Structure:
     if not callable(pipeline):
         raise TypeError(f"`pipeline` must be callable, got {type(pipeline).__name__}")
     leaves, treedef = jax.tree_util.tree_flatten(case)
-    cache_key = (pipeline, treedef, tuple((np.shape(x), getattr(x, "dtype", type(x))) for x in leaves))
+    cache_key = (
+        pipeline,
+        treedef,
+        tuple((np.shape(x), getattr(x, "dtype", type(x))) for x in leaves),
+    )
     return cached("structure", cache_key, lambda: _discover(pipeline, case))
 
 
@@ -199,12 +203,12 @@ def _discover(pipeline: Callable, case) -> Structure:
         ) from error
     if not hasattr(out, "shape") or tuple(out.shape) != ():
         shape = getattr(out, "shape", type(out).__name__)
-        raise ValueError(
-            f"`pipeline` must return a scalar score, got an output of shape {shape}"
-        )
-    if not jnp.issubdtype(out.dtype, jnp.floating) and not jnp.issubdtype(
-        out.dtype, jnp.integer
-    ) and out.dtype != jnp.bool_:
+        raise ValueError(f"`pipeline` must return a scalar score, got an output of shape {shape}")
+    if (
+        not jnp.issubdtype(out.dtype, jnp.floating)
+        and not jnp.issubdtype(out.dtype, jnp.integer)
+        and out.dtype != jnp.bool_
+    ):
         raise TypeError(f"`pipeline` must return a numeric score, got dtype {out.dtype}")
     if not recorder.sites:
         raise ValueError("`pipeline` made no `ctx.choose` draw; there is nothing to blame")

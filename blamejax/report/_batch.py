@@ -112,8 +112,11 @@ def _interval_notes(result) -> list[str]:
         f"stream; finite-sample = empirical Bernstein with range width 2 (s_max − s_min), "
         "guaranteed; asymptotic = normal approximation, no finite-sample guarantee.",
         f"Fix-alone rate: {_percent(iv.level)} "
-        + ("Wilson score interval (each failure resolved or not)." if iv.resolve_method == "wilson"
-           else "Student t interval over the per-failure shares of worlds resolved."),
+        + (
+            "Wilson score interval (each failure resolved or not)."
+            if iv.resolve_method == "wilson"
+            else "Student t interval over the per-failure shares of worlds resolved."
+        ),
         "Each interval is clipped to the range its quantity can take: "
         f"[{iv.shapley_range[0]:g}, {iv.shapley_range[1]:g}] for a mean Shapley value, [0, 1] for "
         "a rate; a clipped bound is marked *.",
@@ -124,11 +127,15 @@ def _interval_notes(result) -> list[str]:
         at = result.separated_at[rule]
         name = RULE_NAMES[rule][:1].upper() + RULE_NAMES[rule][1:]
         if at is None:
-            notes.append(f"{name} rule: the top step is not separated within {result.num_analysed} failures.")
+            notes.append(
+                f"{name} rule: the top step is not separated within {result.num_analysed} failures."
+            )
         else:
             notes.append(f"{name} rule: the top step is separated after {at} failures.")
-    if result.separated and result.num_analysed == result.separated_at[result.interval] and (
-        result.num_analysed < result.num_failures
+    if (
+        result.separated
+        and result.num_analysed == result.separated_at[result.interval]
+        and (result.num_analysed < result.num_failures)
     ):
         notes.append(
             "This batch stopped early on the anytime rule, so the fixed-sample interval is shown "
@@ -230,7 +237,9 @@ def batch_table(result) -> str:
     interval is, the largest blame per failure and the caveat. Every number is a fraction."""
     head = _heading(result)
     if result.num_analysed == 0:
-        head.append(f"No failures: all {result.num_cases} cases passed, so there is nothing to blame.")
+        head.append(
+            f"No failures: all {result.num_cases} cases passed, so there is nothing to blame."
+        )
         return "\n".join(head)
     iv = result.intervals
     order = step_order(result.mean_shapley)
@@ -251,18 +260,31 @@ def batch_table(result) -> str:
             _interval_text(iv.bernstein_lower[i], iv.bernstein_upper[i], iv.bernstein_clipped[i]),
             _interval_text(iv.normal_lower[i], iv.normal_upper[i], iv.normal_clipped[i]),
         ]
-        lines.append(f"{result.steps[i]:<{width}}" + "".join(f"  {c:>{w}}" for c, (_, w) in zip(cells, cols, strict=True)))
-    cols = [("share of repair", 15), ("fix-alone resolves", 18), (f"{_percent(iv.level)} interval", 18), ("last-step blame", 15)]
+        lines.append(
+            f"{result.steps[i]:<{width}}"
+            + "".join(f"  {c:>{w}}" for c, (_, w) in zip(cells, cols, strict=True))
+        )
+    cols = [
+        ("share of repair", 15),
+        ("fix-alone resolves", 18),
+        (f"{_percent(iv.level)} interval", 18),
+        ("last-step blame", 15),
+    ]
     header = f"{'step':<{width}}" + "".join(f"  {t:>{w}}" for t, w in cols)
     lines += ["", header, "-" * len(header)]
     for i in order:
         cells = [
             f"{float(result.share_of_repair[i]):.3f}",
             f"{float(result.resolve_rate[i]):.3f}",
-            _interval_text(iv.resolve_lower[i], iv.resolve_upper[i], iv.resolve_clipped[i], sign=False),
+            _interval_text(
+                iv.resolve_lower[i], iv.resolve_upper[i], iv.resolve_clipped[i], sign=False
+            ),
             f"{float(result.last_step_rate[i]):.3f}",
         ]
-        lines.append(f"{result.steps[i]:<{width}}" + "".join(f"  {c:>{w}}" for c, (_, w) in zip(cells, cols, strict=True)))
+        lines.append(
+            f"{result.steps[i]:<{width}}"
+            + "".join(f"  {c:>{w}}" for c, (_, w) in zip(cells, cols, strict=True))
+        )
     lines.append("")
     lines += [ORDER_NOTE, UNITS_NOTE]
     lines += _interval_notes(result)
@@ -311,7 +333,11 @@ def batch_dataframe(result):
     for name in ("fixed", "bernstein", "normal", "resolve"):
         flags = np.asarray(getattr(iv, f"{name}_clipped"))
         for i in range(len(result.steps)):
-            clipped[i] += [f"{name}_{end}" for end, hit in zip(("lower", "upper"), flags[i], strict=True) if hit]
+            clipped[i] += [
+                f"{name}_{end}"
+                for end, hit in zip(("lower", "upper"), flags[i], strict=True)
+                if hit
+            ]
     frame = pd.DataFrame(
         {name: np.asarray(value, np.float64)[order] for name, value in columns.items()},
         index=pd.Index([result.steps[i] for i in order], name="step"),
@@ -421,7 +447,9 @@ def _failures(result) -> list[str]:
             f"{float(result.full[a]):.3f}, total repair {float(result.total[a]):+.3f}; largest blame: "
             f'<span class="largest">{esc(label)}</span></summary>'
         )
-        out.append("<table><tr><th>step</th><th>failed run</th><th>fully fixed run</th><th>Shapley</th></tr>")
+        out.append(
+            "<table><tr><th>step</th><th>failed run</th><th>fully fixed run</th><th>Shapley</th></tr>"
+        )
         for s, site_step in enumerate(result.site_steps):
             failed_opt = int(result.factual_choice[a, s])
             fixed_opt = int(result.fixed_choice[a, s])
@@ -442,13 +470,21 @@ def batch_html_fragment(result) -> str:
     out = [f'<div class="{SCOPE}">', _style(), "<h2>blamejax: which step is to blame</h2>"]
     out.append('<p class="muted">' + "<br>".join(esc(line) for line in _heading(result)) + "</p>")
     if result.num_analysed == 0:
-        out.append(f"<p>No failures: all {result.num_cases} cases passed, so there is nothing to blame.</p></div>")
+        out.append(
+            f"<p>No failures: all {result.num_cases} cases passed, so there is nothing to blame.</p></div>"
+        )
         return "".join(out)
     out.append("<h3>Blame per step</h3>")
     out.append(f'<p class="muted">{esc(ORDER_NOTE)} {esc(UNITS_NOTE)}</p>')
-    out.append('<div class="scroll">' + batch_chart(result, step_order(result.mean_shapley)) + "</div>")
+    out.append(
+        '<div class="scroll">' + batch_chart(result, step_order(result.mean_shapley)) + "</div>"
+    )
     out.append('<div class="scroll">' + _summary_table(result) + "</div>")
-    out.append('<ul class="notes">' + "".join(f"<li>{esc(n)}</li>" for n in _interval_notes(result)) + "</ul>")
+    out.append(
+        '<ul class="notes">'
+        + "".join(f"<li>{esc(n)}</li>" for n in _interval_notes(result))
+        + "</ul>"
+    )
     out.append(f'<p class="muted">{esc(_largest_summary(result))}</p>')
     out.append(f'<p class="caveat">{esc(CAVEAT)}</p>')
     out += _failures(result)

@@ -101,7 +101,9 @@ def _whisker(p: _Panel, name, style, step, lo, hi, clipped, cy) -> str:
     d = [f"M{lx:.1f},{wy:.1f} H{ux:.1f}"]
     for x, value, cut, sign in ((lx, lo, clipped[0], -1), (ux, hi, clipped[1], 1)):
         if not p.inside(value):  # off the axis: an arrowhead pointing on
-            d.append(f"M{x - sign * 5:.1f},{wy - 3.5:.1f} L{x:.1f},{wy:.1f} L{x - sign * 5:.1f},{wy + 3.5:.1f}")
+            d.append(
+                f"M{x - sign * 5:.1f},{wy - 3.5:.1f} L{x:.1f},{wy:.1f} L{x - sign * 5:.1f},{wy + 3.5:.1f}"
+            )
         elif not cut:
             d.append(f"M{x:.1f},{wy - cap:.1f} V{wy + cap:.1f}")
     stroke = _INK if style == "fixed" else _GREY
@@ -128,17 +130,47 @@ def batch_chart(result, order) -> str:
     label_w, gap = 118, 36
     panels = [
         _Panel(
-            "shapley", "mean Shapley value", pick(result.mean_shapley), reach,
-            [("fixed", pick(iv.fixed_lower), pick(iv.fixed_upper), "fixed", rows(iv.fixed_clipped)),
-             (rule, pick(getattr(iv, f"{rule}_lower")), pick(getattr(iv, f"{rule}_upper")), "anytime",
-              rows(getattr(iv, f"{rule}_clipped")))],
-            label_w, 330,
+            "shapley",
+            "mean Shapley value",
+            pick(result.mean_shapley),
+            reach,
+            [
+                (
+                    "fixed",
+                    pick(iv.fixed_lower),
+                    pick(iv.fixed_upper),
+                    "fixed",
+                    rows(iv.fixed_clipped),
+                ),
+                (
+                    rule,
+                    pick(getattr(iv, f"{rule}_lower")),
+                    pick(getattr(iv, f"{rule}_upper")),
+                    "anytime",
+                    rows(getattr(iv, f"{rule}_clipped")),
+                ),
+            ],
+            label_w,
+            330,
         ),
     ]
     x0 = label_w + 330 + gap
     for quantity, title, values, whiskers in (
         ("share", "share of repair", result.share_of_repair, []),
-        ("resolve", "fix-alone resolve rate", result.resolve_rate, [("resolve", pick(iv.resolve_lower), pick(iv.resolve_upper), "fixed", rows(iv.resolve_clipped))]),
+        (
+            "resolve",
+            "fix-alone resolve rate",
+            result.resolve_rate,
+            [
+                (
+                    "resolve",
+                    pick(iv.resolve_lower),
+                    pick(iv.resolve_upper),
+                    "fixed",
+                    rows(iv.resolve_clipped),
+                )
+            ],
+        ),
         ("last", "last-step blame", result.last_step_rate, []),
     ):
         bounds = (-1.0, 1.0) if quantity == "share" else (0.0, 1.0)  # a share can be negative
@@ -157,21 +189,33 @@ def batch_chart(result, order) -> str:
     for r, step in enumerate(steps):
         y = top + r * row + row / 2
         if r % 2 == 0:
-            out.append(f'<rect x="0" y="{top + r * row}" width="{total_w}" height="{row}" fill="#f6f7f9"/>')
-        out.append(f'<text class="step-label" x="{label_w - 10}" y="{y + 4.5:.1f}" font-size="13" text-anchor="end">{esc(step)}</text>')
+            out.append(
+                f'<rect x="0" y="{top + r * row}" width="{total_w}" height="{row}" fill="#f6f7f9"/>'
+            )
+        out.append(
+            f'<text class="step-label" x="{label_w - 10}" y="{y + 4.5:.1f}" font-size="13" text-anchor="end">{esc(step)}</text>'
+        )
     colors = {"shapley": _BLUE, "share": "#7fa6de", "resolve": _GREEN, "last": "#d9534f"}
     for p in panels:
         out.append(
             f'<g class="panel" data-quantity="{p.quantity}" data-min="{p.lo!r}" data-max="{p.hi!r}" '
             f'data-ticks="{len(p.ticks)}">'
         )
-        out.append(f'<text class="axis-title" x="{p.x0 + p.width / 2:.1f}" y="18" font-size="13" font-weight="600" text-anchor="middle">{esc(p.title)}</text>')
+        out.append(
+            f'<text class="axis-title" x="{p.x0 + p.width / 2:.1f}" y="18" font-size="13" font-weight="600" text-anchor="middle">{esc(p.title)}</text>'
+        )
         for t, text in zip(p.ticks, _tick_text(p.ticks), strict=True):
             tx = p.x(t)
             stroke = "#9a9a9a" if t == 0 else "#dedede"
-            out.append(f'<line x1="{tx:.1f}" y1="{top - 4}" x2="{tx:.1f}" y2="{top + body}" stroke="{stroke}"/>')
-            out.append(f'<text class="tick" x="{tx:.1f}" y="{top + body + 15}" font-size="11" fill="#555" text-anchor="middle">{text}</text>')
-        out.append(f'<line x1="{p.x0}" y1="{top + body}" x2="{p.x0 + p.width}" y2="{top + body}" stroke="#9a9a9a"/>')
+            out.append(
+                f'<line x1="{tx:.1f}" y1="{top - 4}" x2="{tx:.1f}" y2="{top + body}" stroke="{stroke}"/>'
+            )
+            out.append(
+                f'<text class="tick" x="{tx:.1f}" y="{top + body + 15}" font-size="11" fill="#555" text-anchor="middle">{text}</text>'
+            )
+        out.append(
+            f'<line x1="{p.x0}" y1="{top + body}" x2="{p.x0 + p.width}" y2="{top + body}" stroke="#9a9a9a"/>'
+        )
         for r, (step, value) in enumerate(zip(steps, p.values, strict=True)):
             cy = top + r * row + row / 2
             if np.isfinite(value):
@@ -197,6 +241,8 @@ def batch_chart(result, order) -> str:
         "No whisker: the interval is of zero width or the whole possible range (too few failures).",
     )
     for j, line in enumerate(legend):
-        out.append(f'<text class="legend" x="{label_w}" y="{ly + 16 * j}" font-size="12" fill="#444">{esc(line)}</text>')
+        out.append(
+            f'<text class="legend" x="{label_w}" y="{ly + 16 * j}" font-size="12" fill="#444">{esc(line)}</text>'
+        )
     out.append("</svg>")
     return "".join(out)

@@ -67,7 +67,10 @@ from ._batch import CAVEAT
 
 
 def _check(result) -> None:
-    if getattr(result, "coalition_scores", None) is None or getattr(result, "coalition_choices", None) is None:
+    if (
+        getattr(result, "coalition_scores", None) is None
+        or getattr(result, "coalition_choices", None) is None
+    ):
         raise ValueError(
             "`interactive=True` needs every coalition's score: run "
             "blame_batch(..., keep_coalitions=True) (exact estimator); this result has none"
@@ -109,17 +112,25 @@ def interactive_reduction(scores, last_step, threshold: float) -> dict:
     scores = np.asarray(scores, dtype=np.float64)
     last_step = np.asarray(last_step)
     if scores.ndim != 3:
-        raise ValueError(f"`scores` must have shape [failures, worlds, 2**n], got {list(scores.shape)}")
+        raise ValueError(
+            f"`scores` must have shape [failures, worlds, 2**n], got {list(scores.shape)}"
+        )
     num_f, num_w, size = scores.shape
     n = size.bit_length() - 1
     if n < 1 or 1 << n != size:
-        raise ValueError(f"`scores` must have 2**n coalitions (n >= 1) on its last axis, got {size}")
+        raise ValueError(
+            f"`scores` must have 2**n coalitions (n >= 1) on its last axis, got {size}"
+        )
     if last_step.shape != (num_f, num_w):
-        raise ValueError(f"`last_step` must have shape [{num_f}, {num_w}], got {list(last_step.shape)}")
+        raise ValueError(
+            f"`last_step` must have shape [{num_f}, {num_w}], got {list(last_step.shape)}"
+        )
     weights = [float(w) for w in shapley_weights(n)]
     scale = 2.0 ** -(n - 1)
     threshold = float(threshold)
-    rows = {k: [] for k in ("shapley", "banzhaf", "fix_alone", "leave_one_out", "resolve", "last_step")}
+    rows = {
+        k: [] for k in ("shapley", "banzhaf", "fix_alone", "leave_one_out", "resolve", "last_step")
+    }
     rows.update(empty=[], full=[], total=[], value=[])
     for f in range(num_f):
         x = scores[f].tolist()
@@ -150,7 +161,9 @@ def interactive_reduction(scores, last_step, threshold: float) -> dict:
         rows["banzhaf"].append(banzhaf)
         rows["fix_alone"].append([v[1 << i] - v[0] for i in range(n)])
         rows["leave_one_out"].append([v[full] - v[full - (1 << i)] for i in range(n)])
-        rows["resolve"].append([sum(1 for w in range(num_w) if x[w][1 << i] >= threshold) / num_w for i in range(n)])
+        rows["resolve"].append(
+            [sum(1 for w in range(num_w) if x[w][1 << i] >= threshold) / num_w for i in range(n)]
+        )
         rows["last_step"].append([sum(1 for a in last if a == i) / num_w for i in range(n)])
         rows["empty"].append(v[0])
         rows["full"].append(v[full])
@@ -186,7 +199,10 @@ def interactive_reduction(scores, last_step, threshold: float) -> dict:
 def _labels(result) -> list:
     """Each draw site's option names (a list of strings, or None)."""
     names = dict(result.option_names or ())
-    return [None if names.get(step) is None else [str(x) for x in names[step]] for step in result.site_steps]
+    return [
+        None if names.get(step) is None else [str(x) for x in names[step]]
+        for step in result.site_steps
+    ]
 
 
 def page_data(result) -> dict:

@@ -185,7 +185,7 @@ def result_from_dict(cls, data: dict, **nested):
         if not isinstance(data, dict):
             got = f"a {type(data).__name__}"
         elif "type" not in data:
-            got = f"a dict without \"type\" (keys {sorted(data)[:6]})"
+            got = f'a dict without "type" (keys {sorted(data)[:6]})'
         else:
             got = f"{data['type']!r}"
         raise ValueError(f"expected a dict of type {cls.__name__!r}, got {got}")
@@ -198,7 +198,7 @@ def result_from_dict(cls, data: dict, **nested):
     arrays = data.get("arrays")
     if not isinstance(arrays, dict):
         raise ValueError(
-            f"the {cls.__name__} dict lacks \"arrays\" (the dtype and shape of each array field), "
+            f'the {cls.__name__} dict lacks "arrays" (the dtype and shape of each array field), '
             f"got {arrays!r:.80}"
         )
     kwargs = {}
@@ -215,7 +215,7 @@ def result_from_dict(cls, data: dict, **nested):
                 array = np.asarray(_decode_cells(value), dtype=dtype).reshape(meta["shape"])
             except (KeyError, TypeError, ValueError) as error:
                 raise ValueError(
-                    f"the {cls.__name__} field {name!r} does not match its entry under \"arrays\" "
+                    f'the {cls.__name__} field {name!r} does not match its entry under "arrays" '
                     f"{meta!r:.80} ({error})"
                 ) from None
             # A JAX array comes back as one, unless this JAX cannot hold its dtype (a
@@ -259,7 +259,9 @@ def read_json(path):
         return json.loads(text, parse_constant=_refuse_constant)
     except json.JSONDecodeError as error:
         what = "is empty" if not text.strip() else f"is not valid JSON ({error})"
-        raise ValueError(f"{os.fspath(path)!r} {what}; expected a file that `to_json` wrote") from None
+        raise ValueError(
+            f"{os.fspath(path)!r} {what}; expected a file that `to_json` wrote"
+        ) from None
     except ValueError as error:
         raise ValueError(f"{os.fspath(path)!r}: {error}") from None
 

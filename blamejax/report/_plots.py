@@ -45,7 +45,9 @@ def plot_batch(result, kind: str = "bars", *, figsize=None):
         raise ValueError("nothing to plot: the result has no analysed failure (every case passed)")
     figure_class = _figure_class()
     order = [result.steps.index(s) for s in result.step_order]
-    return {"bars": _bars, "failures": _failures, "scatter": _scatter}[kind](result, order, figure_class, figsize)
+    return {"bars": _bars, "failures": _failures, "scatter": _scatter}[kind](
+        result, order, figure_class, figsize
+    )
 
 
 def _bars(result, order, Figure, figsize):
@@ -64,8 +66,15 @@ def _bars(result, order, Figure, figsize):
     reach = [0.0, *mean[np.isfinite(mean)]]  # the axis: the means and their fixed-sample intervals
     for name, offset, color, lw, label in (
         ("fixed", 0.0, "#111", 2.0, f"{100 * iv.level:.4g}% fixed-sample (Student t)"),
-        (rule, 0.3, "#888", 1.2, f"{100 * (1 - result.delta):.4g}% anytime "
-         + ("finite-sample" if rule == "bernstein" else "asymptotic") + " (stopping rule)"),
+        (
+            rule,
+            0.3,
+            "#888",
+            1.2,
+            f"{100 * (1 - result.delta):.4g}% anytime "
+            + ("finite-sample" if rule == "bernstein" else "asymptotic")
+            + " (stopping rule)",
+        ),
     ):
         lo, hi = take(getattr(iv, f"{name}_lower")), take(getattr(iv, f"{name}_upper"))
         show = np.isfinite(lo) & np.isfinite(hi) & (hi - lo < 2 * width * (1 - 1e-9))
@@ -73,8 +82,14 @@ def _bars(result, order, Figure, figsize):
             reach += [*lo[show], *hi[show]]
         if show.any():
             ax.errorbar(
-                mean[show], y[show] + offset, xerr=[mean[show] - lo[show], hi[show] - mean[show]],
-                fmt="none", ecolor=color, elinewidth=lw, capsize=3, label=label,
+                mean[show],
+                y[show] + offset,
+                xerr=[mean[show] - lo[show], hi[show] - mean[show]],
+                fmt="none",
+                ecolor=color,
+                elinewidth=lw,
+                capsize=3,
+                label=label,
             )
     ax.axvline(0, color="#999", lw=0.8)
     pad = 0.05 * max(max(reach) - min(reach), 0.02)
@@ -95,18 +110,24 @@ def _bars(result, order, Figure, figsize):
     lo, hi = take(iv.resolve_lower), take(iv.resolve_upper)
     rate = take(result.resolve_rate)
     axes[2].errorbar(rate, y, xerr=[rate - lo, hi - rate], fmt="none", ecolor="#111", capsize=3)
-    figure.suptitle(f"Blame per step: {result.num_analysed} failures, {result.noise} noise", fontsize=11)
+    figure.suptitle(
+        f"Blame per step: {result.num_analysed} failures, {result.noise} noise", fontsize=11
+    )
     return figure
 
 
 def _failures(result, order, Figure, figsize):
     values = np.asarray(result.shapley, np.float64)[:, order]
     a, n = values.shape
-    figure = Figure(figsize=figsize or (min(12, 2 + 0.08 * a), 1.4 + 0.35 * n), layout="constrained")
+    figure = Figure(
+        figsize=figsize or (min(12, 2 + 0.08 * a), 1.4 + 0.35 * n), layout="constrained"
+    )
     ax = figure.subplots()
     reach = float(np.nanmax(np.abs(values))) if values.size else 1.0
     reach = reach if reach > 0 else 1.0
-    image = ax.imshow(values.T, aspect="auto", cmap="RdBu_r", vmin=-reach, vmax=reach, interpolation="nearest")
+    image = ax.imshow(
+        values.T, aspect="auto", cmap="RdBu_r", vmin=-reach, vmax=reach, interpolation="nearest"
+    )
     ax.set_yticks(np.arange(n), [result.steps[i] for i in order])
     ax.set_xlabel("failure, in the seeded visiting order")
     figure.colorbar(image, ax=ax, label="Shapley value")
@@ -121,7 +142,13 @@ def _scatter(result, order, Figure, figsize):
     rate = np.asarray(result.resolve_rate, np.float64)
     ax.scatter(mean[order], rate[order], color="#3366cc", zorder=3)
     for i in order:
-        ax.annotate(result.steps[i], (mean[i], rate[i]), textcoords="offset points", xytext=(5, 4), fontsize=9)
+        ax.annotate(
+            result.steps[i],
+            (mean[i], rate[i]),
+            textcoords="offset points",
+            xytext=(5, 4),
+            fontsize=9,
+        )
     top = max(float(np.nanmax(mean)), float(np.nanmax(rate)), 0.05) * 1.15
     low = min(0.0, float(np.nanmin(mean)))
     ax.plot([low, top], [low, top], color="#bbb", lw=0.8, ls="--", label="rate = Shapley")

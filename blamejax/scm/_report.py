@@ -241,7 +241,10 @@ def _no_answer_lines(results, methods, labels, what: str) -> list[str]:
     if not counts:
         return []
     listed = "; ".join(f"{label}: " + ", ".join(str(c) for c in row) for label, row in counts)
-    return ["", f"{what} for which a method named no step (counted as misses): {listed} (in the column order above)."]
+    return [
+        "",
+        f"{what} for which a method named no step (counted as misses): {listed} (in the column order above).",
+    ]
 
 
 def _table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:

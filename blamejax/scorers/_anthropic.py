@@ -60,14 +60,28 @@ class AnthropicScorer(RemoteScorer):
         client=None,
     ):
         if temperature is not None and (
-            isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0.0 <= temperature <= 1.0
+            isinstance(temperature, bool)
+            or not isinstance(temperature, (int, float))
+            or not 0.0 <= temperature <= 1.0
         ):
-            raise ValueError(f"`temperature` must be a number in [0, 1] or None for this API, got {temperature!r}")
+            raise ValueError(
+                f"`temperature` must be a number in [0, 1] or None for this API, got {temperature!r}"
+            )
         super().__init__(
-            model, mode="json", template=template, system=system, temperature=temperature,
-            max_tokens=max_tokens, timeout=timeout, retry=retry, concurrency=concurrency,
-            cache=cache, meter=meter, client=client,
-            client_options={"base_url": base_url, "api_key": api_key}, settings={},
+            model,
+            mode="json",
+            template=template,
+            system=system,
+            temperature=temperature,
+            max_tokens=max_tokens,
+            timeout=timeout,
+            retry=retry,
+            concurrency=concurrency,
+            cache=cache,
+            meter=meter,
+            client=client,
+            client_options={"base_url": base_url, "api_key": api_key},
+            settings={},
         )
 
     def _make_client(self, **options):
@@ -81,8 +95,11 @@ class AnthropicScorer(RemoteScorer):
 
         def send(client):
             return client.messages.create(
-                model=self.model, max_tokens=self.max_tokens, system=self.system,
-                messages=[{"role": "user", "content": message}], extra_body=body,
+                model=self.model,
+                max_tokens=self.max_tokens,
+                system=self.system,
+                messages=[{"role": "user", "content": message}],
+                extra_body=body,
             )
 
         text, used, made = self._reply(request, self._request(request, send))
@@ -96,8 +113,11 @@ class AnthropicScorer(RemoteScorer):
 
         def send(client):
             return client.messages.create(
-                model=self.model, max_tokens=request.max_tokens, messages=turns,
-                extra_body={"temperature": request.temperature}, **options,
+                model=self.model,
+                max_tokens=request.max_tokens,
+                messages=turns,
+                extra_body={"temperature": request.temperature},
+                **options,
             )
 
         return TextAnswer(*self._reply(request, self._request(request, send)))
@@ -107,6 +127,8 @@ class AnthropicScorer(RemoteScorer):
         usage = getattr(response, "usage", None)
         blocks = getattr(response, "content", None)
         if not isinstance(blocks, list):
-            raise ReplyError(f"{self.name} returned a response without content for {request.describe()}")
+            raise ReplyError(
+                f"{self.name} returned a response without content for {request.describe()}"
+            )
         text = "".join(getattr(b, "text", "") for b in blocks if getattr(b, "type", None) == "text")
         return text, tokens(usage, "input_tokens"), tokens(usage, "output_tokens")

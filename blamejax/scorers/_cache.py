@@ -95,7 +95,11 @@ class Cache:
             raise TypeError(f"`path` must be a file path, got {path!r}")
         if not isinstance(offline, bool):
             raise TypeError(f"`offline` must be True or False, got {offline!r}")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 <= timeout < float("inf"):
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, (int, float))
+            or not 0 <= timeout < float("inf")
+        ):
             raise ValueError(
                 f"`timeout` must be a finite number of seconds >= 0 (the wait for a cache another "
                 f"process is writing), got {timeout!r}"
@@ -105,14 +109,18 @@ class Cache:
         self.offline = offline
         self._lock = threading.Lock()
         try:
-            self._db = sqlite3.connect(self.path, timeout=timeout, isolation_level=None, check_same_thread=False)
+            self._db = sqlite3.connect(
+                self.path, timeout=timeout, isolation_level=None, check_same_thread=False
+            )
         except sqlite3.Error as error:
             raise CacheError(f"{self.path}: cannot open the score cache: {error}") from None
         try:
             self._open()
         except sqlite3.DatabaseError as error:
             self._db.close()
-            raise CacheError(f"{self.path}: not a readable SQLite score cache ({error}); delete it or choose another path") from None
+            raise CacheError(
+                f"{self.path}: not a readable SQLite score cache ({error}); delete it or choose another path"
+            ) from None
         except CacheError:
             self._db.close()
             raise
@@ -121,7 +129,9 @@ class Cache:
         db = self._db
         tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if tables and "meta" not in tables:
-            raise CacheError(f"{self.path}: an SQLite file that is not a blamejax score cache (tables {sorted(tables)})")
+            raise CacheError(
+                f"{self.path}: an SQLite file that is not a blamejax score cache (tables {sorted(tables)})"
+            )
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
         if not tables:
@@ -130,14 +140,19 @@ class Cache:
                 for statement in _TABLES.split(";"):
                     if statement.strip():
                         db.execute(statement)
-                db.execute("INSERT OR IGNORE INTO meta VALUES ('kind', ?), ('schema', ?)", (KIND, str(SCHEMA)))
+                db.execute(
+                    "INSERT OR IGNORE INTO meta VALUES ('kind', ?), ('schema', ?)",
+                    (KIND, str(SCHEMA)),
+                )
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
         meta = dict(db.execute("SELECT name, value FROM meta"))
         if meta.get("kind") != KIND:
-            raise CacheError(f"{self.path}: an SQLite file that is not a blamejax score cache (meta {meta})")
+            raise CacheError(
+                f"{self.path}: an SQLite file that is not a blamejax score cache (meta {meta})"
+            )
         if meta.get("schema") != str(SCHEMA):
             raise CacheError(
                 f"{self.path}: a score cache of schema version {meta.get('schema')}, but this blamejax "
@@ -150,10 +165,20 @@ class Cache:
         """The stored logits of `request` under the scorer `identity`, or None."""
         request = _checked(identity, request)
         with self._lock:
-            row = self._db.execute("SELECT logits FROM answers WHERE key = ?", (digest(identity, request),)).fetchone()
+            row = self._db.execute(
+                "SELECT logits FROM answers WHERE key = ?", (digest(identity, request),)
+            ).fetchone()
         return None if row is None else decode_logits(row[0])
 
-    def put(self, identity: str, request: Request, logits, *, input_tokens: int = 0, output_tokens: int = 0) -> np.ndarray:
+    def put(
+        self,
+        identity: str,
+        request: Request,
+        logits,
+        *,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+    ) -> np.ndarray:
         """Store `logits` for `request` (committed at once) unless the key is already held;
         returns the stored logits (the first answer written for the key).
 
@@ -167,10 +192,19 @@ class Cache:
             self._db.execute(
                 "INSERT OR IGNORE INTO answers VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
-                    key, identity, fields.get("model"), fields.get("template"), fields.get("temperature"),
-                    request.step, request.variant, canonical_json(request.inputs, where="inputs"),
-                    json.dumps(list(request.options), ensure_ascii=False), encode_logits(np.asarray(logits, np.float64)),
-                    int(input_tokens), int(output_tokens), time.time(),
+                    key,
+                    identity,
+                    fields.get("model"),
+                    fields.get("template"),
+                    fields.get("temperature"),
+                    request.step,
+                    request.variant,
+                    canonical_json(request.inputs, where="inputs"),
+                    json.dumps(list(request.options), ensure_ascii=False),
+                    encode_logits(np.asarray(logits, np.float64)),
+                    int(input_tokens),
+                    int(output_tokens),
+                    time.time(),
                 ),
             )
             row = self._db.execute("SELECT logits FROM answers WHERE key = ?", (key,)).fetchone()
@@ -179,10 +213,14 @@ class Cache:
     def get_text(self, identity: str, request) -> str | None:
         """The stored text of the `TextRequest` `request` under `identity`, or None."""
         with self._lock:
-            row = self._db.execute("SELECT text FROM texts WHERE key = ?", (digest(identity, request),)).fetchone()
+            row = self._db.execute(
+                "SELECT text FROM texts WHERE key = ?", (digest(identity, request),)
+            ).fetchone()
         return None if row is None else row[0]
 
-    def put_text(self, identity: str, request, text: str, *, input_tokens: int = 0, output_tokens: int = 0) -> str:
+    def put_text(
+        self, identity: str, request, text: str, *, input_tokens: int = 0, output_tokens: int = 0
+    ) -> str:
         """Store `text` for the `TextRequest` `request` (committed at once) unless the key is
         already held; returns the stored text (the first written for the key)."""
         if not isinstance(text, str):
@@ -192,9 +230,18 @@ class Cache:
             self._db.execute(
                 "INSERT OR IGNORE INTO texts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
-                    key, identity, request.step, request.variant, canonical_json(request.inputs, where="inputs"),
-                    int(request.seed), float(request.temperature), int(request.max_tokens), text,
-                    int(input_tokens), int(output_tokens), time.time(),
+                    key,
+                    identity,
+                    request.step,
+                    request.variant,
+                    canonical_json(request.inputs, where="inputs"),
+                    int(request.seed),
+                    float(request.temperature),
+                    int(request.max_tokens),
+                    text,
+                    int(input_tokens),
+                    int(output_tokens),
+                    time.time(),
                 ),
             )
             row = self._db.execute("SELECT text FROM texts WHERE key = ?", (key,)).fetchone()
@@ -222,7 +269,9 @@ def _check_path(path: str, offline: bool) -> None:
     if path == ":memory:":
         return
     if os.path.isdir(path):
-        raise IsADirectoryError(f"`path` {path!r} is a folder; expected the cache's file (created if absent)")
+        raise IsADirectoryError(
+            f"`path` {path!r} is a folder; expected the cache's file (created if absent)"
+        )
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"`path` {path!r}: its folder {folder!r} does not exist")
@@ -235,7 +284,9 @@ def _check_path(path: str, offline: bool) -> None:
 
 def _checked(identity, request) -> Request:
     if not isinstance(identity, str):
-        raise TypeError(f"`identity` must be a string (the scorer's identity), got {identity!r:.80}")
+        raise TypeError(
+            f"`identity` must be a string (the scorer's identity), got {identity!r:.80}"
+        )
     return check_request(request, where="request")
 
 

@@ -49,13 +49,21 @@ def score_fixes(runs, scorer: Scorer, request: Callable, *, fix: str = "fix", st
     if not isinstance(scorer, Scorer):
         raise TypeError(f"`scorer` must be a bj.scorers.Scorer, got {scorer!r}")
     if not callable(request):
-        raise TypeError(f"`request` must be a function (run, step, variant, parent) -> Request, got {request!r}")
+        raise TypeError(
+            f"`request` must be a function (run, step, variant, parent) -> Request, got {request!r}"
+        )
     if not isinstance(fix, str) or fix == "factual":
         raise ValueError(f"`fix` must be the name of a fix variant (not 'factual'), got {fix!r}")
-    if isinstance(runs, Run) or not isinstance(runs, list | tuple) or not all(isinstance(r, Run) for r in runs):
+    if (
+        isinstance(runs, Run)
+        or not isinstance(runs, list | tuple)
+        or not all(isinstance(r, Run) for r in runs)
+    ):
         raise TypeError(f"`runs` must be a list of bj.traces.Run, got {runs!r:.80}")
     if isinstance(steps, str):
-        raise TypeError(f"`steps` must be a list of step names or None, got the string {steps!r}; write [{steps!r}]")
+        raise TypeError(
+            f"`steps` must be a list of step names or None, got the string {steps!r}; write [{steps!r}]"
+        )
     wanted = None if steps is None else set(steps)
     rows, requests = [], []  # rows: (run index, step index, parent option index or None)
     for r, run in enumerate(runs):
@@ -77,7 +85,9 @@ def score_fixes(runs, scorer: Scorer, request: Callable, *, fix: str = "fix", st
                 requests.append(made)
     if not requests:
         which = "" if wanted is None else f" among {sorted(wanted)}"
-        raise ValueError(f"no decision step{which} has factual logits without a {fix!r} variant: nothing to score")
+        raise ValueError(
+            f"no decision step{which} has factual logits without a {fix!r} variant: nothing to score"
+        )
     answers = scorer.score(requests)
     tables: dict = {}
     for (r, s, g), row in zip(rows, answers):
@@ -90,7 +100,8 @@ def score_fixes(runs, scorer: Scorer, request: Callable, *, fix: str = "fix", st
     for r, run in enumerate(runs):
         new = [
             dataclasses.replace(step, logits={**step.logits, fix: tuple(tables[r, s])})
-            if (r, s) in tables else step
+            if (r, s) in tables
+            else step
             for s, step in enumerate(run.steps)
         ]
         out.append(dataclasses.replace(run, steps=tuple(new)))

@@ -54,8 +54,12 @@ class LazyFill(NamedTuple):
     def blame(self, *, estimator: str = "exact", max_evaluations: int | None = None, **options):
         """`bj.traces.blame_runs` on the filled tables, in the same worlds."""
         return blame_runs(
-            self.cases, key=self.key, num_worlds=self.num_worlds, estimator=estimator,
-            max_evaluations=max_evaluations, **options,
+            self.cases,
+            key=self.key,
+            num_worlds=self.num_worlds,
+            estimator=estimator,
+            max_evaluations=max_evaluations,
+            **options,
         )
 
 
@@ -130,29 +134,47 @@ def fill_lazily(
     if not isinstance(scorer, Scorer):
         raise TypeError(f"`scorer` must be a bj.scorers.Scorer, got {scorer!r}")
     if not callable(request):
-        raise TypeError(f"`request` must be a function (run, step, variant, parent) -> Request, got {request!r}")
+        raise TypeError(
+            f"`request` must be a function (run, step, variant, parent) -> Request, got {request!r}"
+        )
     if isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < 1:
         raise ValueError(f"`max_rounds` must be an integer >= 1, got {max_rounds!r}")
     runs = list(runs) if isinstance(runs, (list, tuple)) else runs
     if not isinstance(runs, list) or not runs or not all(isinstance(r, Run) for r in runs):
-        got = f"an empty {type(runs).__name__}" if isinstance(runs, list) and not runs else f"{runs!r:.80}"
+        got = (
+            f"an empty {type(runs).__name__}"
+            if isinstance(runs, list) and not runs
+            else f"{runs!r:.80}"
+        )
         raise TypeError(f"`runs` must be a non-empty list of bj.traces.Run, got {got}")
     if isinstance(players, str):
-        raise TypeError(f"`players` must be a list of step names or None, got the string {players!r}; write [{players!r}]")
-    scored = [s.name for s in runs[0].steps if s.options is not None and s.choice is not None and s.logits is None]
+        raise TypeError(
+            f"`players` must be a list of step names or None, got the string {players!r}; write [{players!r}]"
+        )
+    scored = [
+        s.name
+        for s in runs[0].steps
+        if s.options is not None and s.choice is not None and s.logits is None
+    ]
     if not scored:
-        raise ValueError(f"run {runs[0].run!r} has no decision step without logits: nothing to score")
+        raise ValueError(
+            f"run {runs[0].run!r} has no decision step without logits: nothing to score"
+        )
     players = set(scored if players is None else players)
     unknown = players - set(scored)
     if unknown:
-        raise ValueError(f"`players` {sorted(unknown)} are not decision steps to score (options and a choice, no logits)")
+        raise ValueError(
+            f"`players` {sorted(unknown)} are not decision steps to score (options and a choice, no logits)"
+        )
     tc = trace_cases([_placeholder(r, players, fix) for r in runs], fix=fix, score=score)
     logits = {name: np.array(table, np.float64) for name, table in tc.cases["logits"].items()}
     known = {}
     for name in tc.steps:
         table = logits[name]  # [F, V, K] or [F, V, K_given, K]
         given = table.ndim == 4
-        known[name] = np.full(table.shape[:2] + (table.shape[2] if given else 1,), name not in scored)
+        known[name] = np.full(
+            table.shape[:2] + (table.shape[2] if given else 1,), name not in scored
+        )
     fixed = {name: tc.pipeline.given[i] for i, name in enumerate(tc.steps)}
     by_run = {r.run: r for r in runs}
     steps_of = {r.run: {s.name: s for s in r.steps} for r in runs}
@@ -164,7 +186,9 @@ def fill_lazily(
             run = by_run[tc.runs[f]]
             step = steps_of[run.run][name]
             parent = None if fixed[name] is None else tc.options[fixed[name]][g]
-            made = check_request(request(run, step, "factual" if v == 0 else fix, parent), where="request(...)")
+            made = check_request(
+                request(run, step, "factual" if v == 0 else fix, parent), where="request(...)"
+            )
             if made.options != tuple(step.options):
                 raise ValueError(
                     f"`request` returned options {list(made.options)} for step {name!r}, expected its options {list(step.options)}"
@@ -194,7 +218,9 @@ def fill_lazily(
     structure = discover(tc.pipeline, jax.tree_util.tree_map(lambda x: x[0], cases()))
     site_of = {site.step: i for i, site in enumerate(structure.sites)}
     if sorted(site_of) != sorted(tc.steps):
-        raise AssertionError(f"the trace pipeline's sites {list(site_of)} are not its steps {tc.steps}")
+        raise AssertionError(
+            f"the trace pipeline's sites {list(site_of)} are not its steps {tc.steps}"
+        )
     maps_of = _maps_function(tc.pipeline, structure)
     player_bits = [(0, 1) if name in tc.players else (0,) for name in tc.steps]
     while True:
@@ -213,7 +239,9 @@ def fill_lazily(
                 options = np.zeros((best.shape[0], len(tc.options[i])), bool)
                 sources = [None] if parent is None else range(reach[tc.steps[parent]].shape[1])
                 for g in sources:
-                    worlds_here = np.ones(best.shape[0], bool) if g is None else reach[tc.steps[parent]][:, g]
+                    worlds_here = (
+                        np.ones(best.shape[0], bool) if g is None else reach[tc.steps[parent]][:, g]
+                    )
                     if not worlds_here.any():
                         continue
                     for v in player_bits[i]:
@@ -228,7 +256,9 @@ def fill_lazily(
         if not needed:
             break
         if rounds >= max_rounds:
-            raise RuntimeError(f"lazy filling did not finish within `max_rounds`={max_rounds} batches")
+            raise RuntimeError(
+                f"lazy filling did not finish within `max_rounds`={max_rounds} batches"
+            )
         rows = sorted(needed, key=lambda r: (r[0], tc.steps.index(r[1]), r[2], r[3]))
         score_rows(rows)
         calls, rounds = calls + len(rows), rounds + 1

@@ -34,7 +34,9 @@ class Meter:
         """Add `counts` (names among `Meter.FIELDS`)."""
         unknown = set(counts) - set(self.FIELDS)
         if unknown:
-            raise ValueError(f"unknown meter fields {sorted(unknown)}; expected some of {list(self.FIELDS)}")
+            raise ValueError(
+                f"unknown meter fields {sorted(unknown)}; expected some of {list(self.FIELDS)}"
+            )
         with self._lock:
             for name, value in counts.items():
                 setattr(self, name, getattr(self, name) + int(value))

@@ -79,14 +79,28 @@ class OpenAIScorer(RemoteScorer):
         meter: Meter | None = None,
         client=None,
     ):
-        if isinstance(top_logprobs, bool) or not isinstance(top_logprobs, int) or not 1 <= top_logprobs <= 20:
+        if (
+            isinstance(top_logprobs, bool)
+            or not isinstance(top_logprobs, int)
+            or not 1 <= top_logprobs <= 20
+        ):
             raise ValueError(f"`top_logprobs` must be an integer in [1, 20], got {top_logprobs!r}")
         settings = {"top_logprobs": top_logprobs, "absent": absent} if mode == "logprobs" else {}
         super().__init__(
-            model, mode=mode, template=template, system=system, temperature=temperature,
-            max_tokens=1 if mode == "logprobs" else max_tokens, timeout=timeout, retry=retry,
-            concurrency=concurrency, cache=cache, meter=meter, client=client,
-            client_options={"base_url": base_url, "api_key": api_key}, settings=settings,
+            model,
+            mode=mode,
+            template=template,
+            system=system,
+            temperature=temperature,
+            max_tokens=1 if mode == "logprobs" else max_tokens,
+            timeout=timeout,
+            retry=retry,
+            concurrency=concurrency,
+            cache=cache,
+            meter=meter,
+            client=client,
+            client_options={"base_url": base_url, "api_key": api_key},
+            settings=settings,
         )
         self.top_logprobs = top_logprobs
         self.absent = absent
@@ -100,13 +114,18 @@ class OpenAIScorer(RemoteScorer):
             {"role": "system", "content": self.system},
             {"role": "user", "content": render(self.template, request, self.mode)},
         ]
-        extra = {"logprobs": True, "top_logprobs": self.top_logprobs} if self.mode == "logprobs" else {}
+        extra = (
+            {"logprobs": True, "top_logprobs": self.top_logprobs} if self.mode == "logprobs" else {}
+        )
         if self.temperature is not None:
             extra["temperature"] = self.temperature
 
         def send(client):
             return client.chat.completions.create(
-                model=self.model, messages=messages, max_tokens=self.max_tokens, **extra,
+                model=self.model,
+                messages=messages,
+                max_tokens=self.max_tokens,
+                **extra,
             )
 
         response = self._request(request, send)
@@ -115,7 +134,9 @@ class OpenAIScorer(RemoteScorer):
         try:
             choice = response.choices[0]
         except (AttributeError, IndexError, TypeError):
-            raise ReplyError(f"{self.name} returned a response without choices for {request.describe()}: {response!r:.200}") from None
+            raise ReplyError(
+                f"{self.name} returned a response without choices for {request.describe()}: {response!r:.200}"
+            ) from None
         if self.mode == "json":
             return Answer(logits_from_json(choice.message.content, request, who=self.name), *used)
         content = getattr(getattr(choice, "logprobs", None), "content", None) or []
@@ -125,8 +146,11 @@ class OpenAIScorer(RemoteScorer):
     def _generate(self, request):
         def send(client):
             return client.chat.completions.create(
-                model=self.model, messages=request.messages(), max_tokens=request.max_tokens,
-                temperature=request.temperature, seed=request.seed,
+                model=self.model,
+                messages=request.messages(),
+                max_tokens=request.max_tokens,
+                temperature=request.temperature,
+                seed=request.seed,
             )
 
         response = self._request(request, send)
@@ -134,5 +158,7 @@ class OpenAIScorer(RemoteScorer):
         try:
             text = response.choices[0].message.content
         except (AttributeError, IndexError, TypeError):
-            raise ReplyError(f"{self.name} returned a response without choices for {request.describe()}: {response!r:.200}") from None
+            raise ReplyError(
+                f"{self.name} returned a response without choices for {request.describe()}: {response!r:.200}"
+            ) from None
         return TextAnswer(text, tokens(usage, "prompt_tokens"), tokens(usage, "completion_tokens"))

@@ -23,7 +23,9 @@ def _quote(text, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def logits_from_logprobs(top, request: Request, *, absent: str = "error", who: str = "the model") -> np.ndarray:
+def logits_from_logprobs(
+    top, request: Request, *, absent: str = "error", who: str = "the model"
+) -> np.ndarray:
     """Logits from the first generated token's `top` log-probabilities, `[(token, logprob)]`.
 
     Rules: option i is the letter `LABELS[i]`; a token counts for it when it equals the
@@ -42,9 +44,13 @@ def logits_from_logprobs(top, request: Request, *, absent: str = "error", who: s
         try:
             value = float(logprob)
         except (TypeError, ValueError):
-            raise ReplyError(f"{who} returned a non-numeric log-probability {logprob!r} for token {token!r}") from None
+            raise ReplyError(
+                f"{who} returned a non-numeric log-probability {logprob!r} for token {token!r}"
+            ) from None
         if math.isnan(value) or value > 0:
-            raise ReplyError(f"{who} returned the log-probability {value!r} for token {token!r}: expected a number <= 0")
+            raise ReplyError(
+                f"{who} returned the log-probability {value!r} for token {token!r}: expected a number <= 0"
+            )
         found.setdefault(str(token).strip(), []).append(value)
     floor = min(v for values in found.values() for v in values)
     logits = []
@@ -90,9 +96,13 @@ def logits_from_json(text, request: Request, *, who: str = "the model") -> np.nd
     try:
         scores = json.loads(_strip_fence(text), parse_constant=_reject_constant)
     except ValueError as error:
-        raise ReplyError(f"{who} replied with text that is not JSON ({error}) for {request.describe()}: {_quote(text)}") from None
+        raise ReplyError(
+            f"{who} replied with text that is not JSON ({error}) for {request.describe()}: {_quote(text)}"
+        ) from None
     if not isinstance(scores, dict):
-        raise ReplyError(f"{who} replied with JSON that is not an object of scores for {request.describe()}: {_quote(text)}")
+        raise ReplyError(
+            f"{who} replied with JSON that is not an object of scores for {request.describe()}: {_quote(text)}"
+        )
     invented = [k for k in scores if k not in request.options]
     if invented:
         raise ReplyError(
@@ -100,11 +110,17 @@ def logits_from_json(text, request: Request, *, who: str = "the model") -> np.nd
         )
     missing = [o for o in request.options if o not in scores]
     if missing:
-        raise ReplyError(f"{who} gave no score for the options {missing} of {request.describe()}: {_quote(text)}")
+        raise ReplyError(
+            f"{who} gave no score for the options {missing} of {request.describe()}: {_quote(text)}"
+        )
     logits = []
     for option in request.options:
         value = scores[option]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not 0.0 <= value <= 1.0
+        ):
             raise ReplyError(
                 f"{who} scored option {option!r} with {value!r}: expected a probability between 0 and 1, "
                 f"for {request.describe()}: {_quote(text)}"

@@ -43,7 +43,9 @@ def check_template(template, mode: str) -> str:
     try:
         fields = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
     except ValueError as error:
-        raise ValueError(f"`template` is not a valid format string ({error}): {template!r}") from None
+        raise ValueError(
+            f"`template` is not a valid format string ({error}): {template!r}"
+        ) from None
     unknown = fields - set(FIELDS)
     if unknown:
         raise ValueError(
@@ -66,11 +68,15 @@ def check_options(request: Request, mode: str) -> None:
 
 def render(template: str, request: Request, mode: str) -> str:
     """The user message for `request`."""
-    inputs = request.inputs if isinstance(request.inputs, str) else json.dumps(
-        request.inputs, ensure_ascii=False, sort_keys=True, indent=1
+    inputs = (
+        request.inputs
+        if isinstance(request.inputs, str)
+        else json.dumps(request.inputs, ensure_ascii=False, sort_keys=True, indent=1)
     )
     if mode == "logprobs":
         options = "\n".join(f"{LABELS[i]}. {o}" for i, o in enumerate(request.options))
     else:
         options = json.dumps(list(request.options), ensure_ascii=False)
-    return template.format(step=request.step, variant=request.variant, inputs=inputs, options=options)
+    return template.format(
+        step=request.step, variant=request.variant, inputs=inputs, options=options
+    )

@@ -24,7 +24,7 @@ def import_client(module: str, extra: str):
         return importlib.import_module(module)
     except ImportError as error:
         raise ImportError(
-            f"this scorer needs the `{module}` client library: pip install \"blamejax[{extra}]\" ({error})"
+            f'this scorer needs the `{module}` client library: pip install "blamejax[{extra}]" ({error})'
         ) from None
 
 
@@ -63,9 +63,13 @@ class RemoteScorer(Scorer):
             raise TypeError(f"`system` must be a string or None, got {system!r}")
         self.system = SYSTEM[self.mode] if system is None else system
         if temperature is not None and (
-            isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not 0.0 <= temperature <= 2.0
+            isinstance(temperature, bool)
+            or not isinstance(temperature, numbers.Real)
+            or not 0.0 <= temperature <= 2.0
         ):
-            raise ValueError(f"`temperature` must be a number in [0, 2] or None (the server's default), got {temperature!r}")
+            raise ValueError(
+                f"`temperature` must be a number in [0, 2] or None (the server's default), got {temperature!r}"
+            )
         self.temperature = None if temperature is None else float(temperature)
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise ValueError(f"`max_tokens` must be an integer >= 1, got {max_tokens!r}")
@@ -85,8 +89,13 @@ class RemoteScorer(Scorer):
         self._lock = threading.Lock()
         self.identity = json.dumps(
             {
-                "kind": self.kind, "model": model, "mode": self.mode, "template": self.template,
-                "system": self.system, "temperature": self.temperature, "max_tokens": max_tokens,
+                "kind": self.kind,
+                "model": model,
+                "mode": self.mode,
+                "template": self.template,
+                "system": self.system,
+                "temperature": self.temperature,
+                "max_tokens": max_tokens,
                 **settings,
             },
             sort_keys=True,
@@ -120,15 +129,21 @@ class RemoteScorer(Scorer):
             except sdk.APIStatusError as error:
                 status = error.status_code
                 if status == 429 or status >= 500:
-                    raise Transient(f"HTTP {status}: {error.message}", retry_after(error.response.headers)) from None
-                raise ScorerError(f"{self.name}: HTTP {status} for {request.describe()}: {error.message}") from None
+                    raise Transient(
+                        f"HTTP {status}: {error.message}", retry_after(error.response.headers)
+                    ) from None
+                raise ScorerError(
+                    f"{self.name}: HTTP {status} for {request.describe()}: {error.message}"
+                ) from None
             except sdk.APIConnectionError as error:
                 raise Transient(f"connection failed: {error}") from None
 
         def count(retried: bool):
             self.meter.add(attempts=1, retries=int(retried))
 
-        return with_retries(attempt, self.retry, what=f"{self.name} on {request.describe()}", on_attempt=count)
+        return with_retries(
+            attempt, self.retry, what=f"{self.name} on {request.describe()}", on_attempt=count
+        )
 
 
 def tokens(usage, *names) -> int:

@@ -16,9 +16,13 @@ def canonical_json(value, *, where: str) -> str:
     """`value` as one stable line of JSON: sorted keys, no spaces, UTF-8 kept, no NaN or
     infinity (tuples are written as lists, so `(1, 2)` and `[1, 2]` are the same key)."""
     try:
-        return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        return json.dumps(
+            value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False
+        )
     except (TypeError, ValueError) as error:
-        raise TypeError(f"`{where}` must be plain JSON (str, number, bool, None, list, dict), got {value!r}: {error}") from None
+        raise TypeError(
+            f"`{where}` must be plain JSON (str, number, bool, None, list, dict), got {value!r}: {error}"
+        ) from None
 
 
 class Request(NamedTuple):
@@ -48,7 +52,9 @@ class Request(NamedTuple):
     @property
     def key(self) -> str:
         """The request as canonical JSON (step, variant, inputs, options): its cache key."""
-        return canonical_json([self.step, self.variant, self.inputs, list(self.options)], where="inputs")
+        return canonical_json(
+            [self.step, self.variant, self.inputs, list(self.options)], where="inputs"
+        )
 
     def describe(self) -> str:
         """The request in words, for error messages."""
@@ -61,7 +67,9 @@ class Request(NamedTuple):
 def check_request(request, *, where: str = "requests[0]") -> Request:
     """`request` (a `Request` or a 4-tuple) checked, with `options` as a tuple."""
     if not isinstance(request, tuple) or len(request) != 4:
-        raise TypeError(f"`{where}` must be a bj.scorers.Request(step, variant, inputs, options), got {request!r}")
+        raise TypeError(
+            f"`{where}` must be a bj.scorers.Request(step, variant, inputs, options), got {request!r}"
+        )
     step, variant, inputs, options = request
     for name, value in (("step", step), ("variant", variant)):
         if not isinstance(value, str) or not value:
@@ -70,7 +78,9 @@ def check_request(request, *, where: str = "requests[0]") -> Request:
         raise TypeError(f"`{where}.options` must be a list of option strings, got {options!r}")
     options = tuple(options)
     if not options or not all(isinstance(o, str) and o for o in options):
-        raise ValueError(f"`{where}.options` must be a non-empty list of non-empty strings, got {list(options)}")
+        raise ValueError(
+            f"`{where}.options` must be a non-empty list of non-empty strings, got {list(options)}"
+        )
     if len(set(options)) != len(options):
         raise ValueError(f"`{where}.options` must be distinct, got {list(options)}")
     canonical_json(inputs, where=f"{where}.inputs")
@@ -78,8 +88,14 @@ def check_request(request, *, where: str = "requests[0]") -> Request:
 
 
 def check_requests(requests) -> list[Request]:
-    if isinstance(requests, Request) or isinstance(requests, (str, bytes)) or not isinstance(requests, Sequence):
-        raise TypeError(f"`requests` must be a list of bj.scorers.Request, got {type(requests).__name__}")
+    if (
+        isinstance(requests, Request)
+        or isinstance(requests, (str, bytes))
+        or not isinstance(requests, Sequence)
+    ):
+        raise TypeError(
+            f"`requests` must be a list of bj.scorers.Request, got {type(requests).__name__}"
+        )
     return [check_request(r, where=f"requests[{i}]") for i, r in enumerate(requests)]
 
 
@@ -89,7 +105,9 @@ def check_logits(logits, request: Request, *, who: str) -> np.ndarray:
     try:
         row = np.asarray(logits, np.float64)
     except (TypeError, ValueError):
-        raise ValueError(f"{who} returned {logits!r} for {request.describe()}: expected {len(request.options)} numbers") from None
+        raise ValueError(
+            f"{who} returned {logits!r} for {request.describe()}: expected {len(request.options)} numbers"
+        ) from None
     if row.shape != (len(request.options),):
         raise ValueError(
             f"{who} returned logits of shape {row.shape} for {request.describe()}: expected shape "

@@ -54,12 +54,22 @@ class Retry(NamedTuple):
 def check_retry(retry) -> Retry:
     if not isinstance(retry, Retry):
         raise TypeError(f"`retry` must be a bj.scorers.Retry, got {retry!r}")
-    if isinstance(retry.attempts, bool) or not isinstance(retry.attempts, int) or retry.attempts < 1:
+    if (
+        isinstance(retry.attempts, bool)
+        or not isinstance(retry.attempts, int)
+        or retry.attempts < 1
+    ):
         raise ValueError(f"`retry.attempts` must be an integer >= 1, got {retry.attempts!r}")
     for name in ("backoff", "max_backoff"):
         value = getattr(retry, name)
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
-            raise ValueError(f"`retry.{name}` must be a finite number of seconds >= 0, got {value!r}")
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not 0 <= value < math.inf
+        ):
+            raise ValueError(
+                f"`retry.{name}` must be a finite number of seconds >= 0, got {value!r}"
+            )
     return retry
 
 
@@ -87,7 +97,9 @@ def retry_after(headers) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-def with_retries(call: Callable, retry: Retry, *, what: str, on_attempt: Callable, sleep=time.sleep):
+def with_retries(
+    call: Callable, retry: Retry, *, what: str, on_attempt: Callable, sleep=time.sleep
+):
     """`call()`, retried while it raises `Transient`; `on_attempt(retried: bool)` after
     each attempt (True when it failed and another attempt follows)."""
     for failures in range(retry.attempts):

@@ -27,7 +27,9 @@ class Answer(NamedTuple):
 
 def check_concurrency(concurrency) -> int:
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-        raise ValueError(f"`concurrency` must be an integer >= 1 (the most calls at once), got {concurrency!r}")
+        raise ValueError(
+            f"`concurrency` must be an integer >= 1 (the most calls at once), got {concurrency!r}"
+        )
     return concurrency
 
 
@@ -58,7 +60,9 @@ class Scorer:
     name: str
     text_identity: str | None = None  # the identity its texts are cached under; None: no text
 
-    def __init__(self, *, cache: Cache | None = None, meter: Meter | None = None, concurrency: int = 1):
+    def __init__(
+        self, *, cache: Cache | None = None, meter: Meter | None = None, concurrency: int = 1
+    ):
         if cache is not None and not isinstance(cache, Cache):
             raise TypeError(f"`cache` must be a bj.scorers.Cache or None, got {cache!r}")
         if meter is not None and not isinstance(meter, Meter):
@@ -113,7 +117,10 @@ class Scorer:
         """
         requests = check_requests(requests)
         return self._through_cache(
-            requests, self.identity, "score", self._dispatch,
+            requests,
+            self.identity,
+            "score",
+            self._dispatch,
             get=None if self.cache is None else self.cache.get,
             put=None if self.cache is None else self.cache.put,
             check=lambda answer, request: check_logits(answer.logits, request, who=self.name),
@@ -138,7 +145,10 @@ class Scorer:
         if self.text_identity is None:
             raise TypeError(f"{self.name} writes no text: it scores options only")
         return self._through_cache(
-            requests, self.text_identity, "text", lambda todo: self._pool(self._generate, todo),
+            requests,
+            self.text_identity,
+            "text",
+            lambda todo: self._pool(self._generate, todo),
             get=None if self.cache is None else self.cache.get_text,
             put=None if self.cache is None else self.cache.put_text,
             check=lambda answer, request: _check_text(answer.text, request, who=self.name),
@@ -153,8 +163,14 @@ class Scorer:
         text for a request; `TypeError` for texts that are not one string per request.
         """
         requests = check_text_requests(requests)
-        if isinstance(texts, str) or not isinstance(texts, (list, tuple)) or len(texts) != len(requests):
-            raise TypeError(f"`texts` must be a list of {len(requests)} strings, one per request, got {texts!r:.200}")
+        if (
+            isinstance(texts, str)
+            or not isinstance(texts, (list, tuple))
+            or len(texts) != len(requests)
+        ):
+            raise TypeError(
+                f"`texts` must be a list of {len(requests)} strings, one per request, got {texts!r:.200}"
+            )
         if self.text_identity is None:
             raise TypeError(f"{self.name} writes no text: it scores options only")
         if self.cache is None:
@@ -169,7 +185,9 @@ class Scorer:
                     f"{stored[:80]!r}, not {text[:80]!r}"
                 )
 
-    def _through_cache(self, requests, identity: str, what: str, dispatch: Callable, *, get, put, check):
+    def _through_cache(
+        self, requests, identity: str, what: str, dispatch: Callable, *, get, put, check
+    ):
         """What `score` and `generate` share: cache hits, the offline check, one call per
         distinct missing request (`dispatch(todo)` yields `(request, answer)`), each checked
         and stored as it arrives, and the meter."""
@@ -196,8 +214,16 @@ class Scorer:
         for request, answer in dispatch([request for request, _ in todo.values()]):
             value = check(answer, request)
             if put is not None:
-                value = put(identity, request, value, input_tokens=answer.input_tokens, output_tokens=answer.output_tokens)
-            self.meter.add(calls=1, input_tokens=answer.input_tokens, output_tokens=answer.output_tokens)
+                value = put(
+                    identity,
+                    request,
+                    value,
+                    input_tokens=answer.input_tokens,
+                    output_tokens=answer.output_tokens,
+                )
+            self.meter.add(
+                calls=1, input_tokens=answer.input_tokens, output_tokens=answer.output_tokens
+            )
             for i in where[digest(identity, request)]:
                 out[i] = value.copy() if isinstance(value, np.ndarray) else value
         return out
@@ -208,7 +234,9 @@ class Scorer:
 
 def _check_text(text, request: TextRequest, *, who: str) -> str:
     if not isinstance(text, str):
-        raise ReplyError(f"{who} returned {text!r:.200} for {request.describe()}: expected a string of text")
+        raise ReplyError(
+            f"{who} returned {text!r:.200} for {request.describe()}: expected a string of text"
+        )
     return text
 
 
@@ -249,7 +277,9 @@ class FunctionScorer(Scorer):
         concurrency: int = 1,
     ):
         if not callable(fn) and not (fn is None and text is not None):
-            raise TypeError(f"`fn` must be a function of a Request (or None with `text`), got {fn!r}")
+            raise TypeError(
+                f"`fn` must be a function of a Request (or None with `text`), got {fn!r}"
+            )
         if text is not None and not callable(text):
             raise TypeError(f"`text` must be a function of a TextRequest or None, got {text!r}")
         if not isinstance(batched, bool):
@@ -270,9 +300,13 @@ class FunctionScorer(Scorer):
         self.fn = fn
         self.batched = batched
         self.text = text
-        self.identity = json.dumps({"kind": "function", "name": name, "version": version}, sort_keys=True)
+        self.identity = json.dumps(
+            {"kind": "function", "name": name, "version": version}, sort_keys=True
+        )
         if text is not None:
-            self.text_identity = json.dumps({"kind": "function-text", "name": name, "version": version}, sort_keys=True)
+            self.text_identity = json.dumps(
+                {"kind": "function-text", "name": name, "version": version}, sort_keys=True
+            )
         self.name = f"FunctionScorer({name!r})"
 
     def _answer(self, request: Request) -> Answer:
@@ -294,12 +328,18 @@ class FunctionScorer(Scorer):
         if self.fn is None:
             raise TypeError(f"{self.name} was given no `fn`: it writes text only")
         rows = self.fn(list(requests))
-        if isinstance(rows, (str, bytes, dict)) or not hasattr(rows, "__len__") or getattr(rows, "ndim", 1) == 0:
+        if (
+            isinstance(rows, (str, bytes, dict))
+            or not hasattr(rows, "__len__")
+            or getattr(rows, "ndim", 1) == 0
+        ):
             raise ValueError(
                 f"{self.name} (batched) returned {rows!r:.80} for {len(requests)} requests: expected "
                 "[N, K] logits or a list of N rows, one per request"
             )
         if len(rows) != len(requests):
-            raise ValueError(f"{self.name} returned {len(rows)} rows of logits for {len(requests)} requests")
+            raise ValueError(
+                f"{self.name} returned {len(rows)} rows of logits for {len(requests)} requests"
+            )
         for request, row in zip(requests, rows):
             yield request, Answer(row)

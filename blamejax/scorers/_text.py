@@ -62,7 +62,15 @@ class TextRequest(NamedTuple):
     def key(self) -> str:
         """The request as canonical JSON (with its seed, temperature and length): its cache key."""
         return canonical_json(
-            ["text", self.step, self.variant, self.inputs, self.seed, float(self.temperature), self.max_tokens],
+            [
+                "text",
+                self.step,
+                self.variant,
+                self.inputs,
+                self.seed,
+                float(self.temperature),
+                self.max_tokens,
+            ],
             where="inputs",
         )
 
@@ -75,7 +83,11 @@ class TextRequest(NamedTuple):
 
     def messages(self) -> list[dict]:
         """`inputs` as chat messages."""
-        return [{"role": "user", "content": self.inputs}] if isinstance(self.inputs, str) else list(self.inputs)
+        return (
+            [{"role": "user", "content": self.inputs}]
+            if isinstance(self.inputs, str)
+            else list(self.inputs)
+        )
 
 
 class TextAnswer(NamedTuple):
@@ -108,23 +120,41 @@ def check_text_request(request, *, where: str = "requests[0]") -> TextRequest:
     inputs = request.inputs
     if isinstance(inputs, str):
         if not inputs:
-            raise ValueError(f"`{where}.inputs` must be a non-empty string or a list of messages, got ''")
+            raise ValueError(
+                f"`{where}.inputs` must be a non-empty string or a list of messages, got ''"
+            )
     elif isinstance(inputs, (list, tuple)) and inputs:
         for i, m in enumerate(inputs):
-            if not (isinstance(m, dict) and set(m) == {"role", "content"} and m["role"] in ROLES
-                    and isinstance(m["content"], str)):
+            if not (
+                isinstance(m, dict)
+                and set(m) == {"role", "content"}
+                and m["role"] in ROLES
+                and isinstance(m["content"], str)
+            ):
                 raise TypeError(
                     f"`{where}.inputs[{i}]` must be a message {{'role': one of {list(ROLES)}, "
                     f"'content': str}}, got {m!r}"
                 )
         request = request._replace(inputs=[dict(m) for m in inputs])
     else:
-        raise TypeError(f"`{where}.inputs` must be a non-empty string or a list of chat messages, got {inputs!r}")
+        raise TypeError(
+            f"`{where}.inputs` must be a non-empty string or a list of chat messages, got {inputs!r}"
+        )
     seed = request.seed
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= int(seed) < SEED_LIMIT:
-        raise ValueError(f"`{where}.seed` must be an integer in [0, 2**31) (see text_seed), got {seed!r}")
+    if (
+        isinstance(seed, bool)
+        or not isinstance(seed, (int, np.integer))
+        or not 0 <= int(seed) < SEED_LIMIT
+    ):
+        raise ValueError(
+            f"`{where}.seed` must be an integer in [0, 2**31) (see text_seed), got {seed!r}"
+        )
     t = request.temperature
-    if isinstance(t, bool) or not isinstance(t, numbers.Real) or not (math.isfinite(t) and 0.0 <= t <= 2.0):
+    if (
+        isinstance(t, bool)
+        or not isinstance(t, numbers.Real)
+        or not (math.isfinite(t) and 0.0 <= t <= 2.0)
+    ):
         raise ValueError(f"`{where}.temperature` must be a number in [0, 2], got {t!r}")
     m = request.max_tokens
     if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1:
@@ -134,7 +164,9 @@ def check_text_request(request, *, where: str = "requests[0]") -> TextRequest:
 
 def check_text_requests(requests, *, name: str = "requests") -> list[TextRequest]:
     if isinstance(requests, (TextRequest, str, bytes)) or not isinstance(requests, (list, tuple)):
-        raise TypeError(f"`{name}` must be a list of bj.scorers.TextRequest, got {type(requests).__name__}")
+        raise TypeError(
+            f"`{name}` must be a list of bj.scorers.TextRequest, got {type(requests).__name__}"
+        )
     return [check_text_request(r, where=f"{name}[{i}]") for i, r in enumerate(requests)]
 
 
@@ -164,7 +196,11 @@ def text_seed(key, step: str, *, case: int = 0, world: int = 0, slot: int = 0) -
     if not isinstance(step, str) or not step:
         raise TypeError(f"`step` must be a non-empty string, got {step!r}")
     for name, value in (("case", case), ("world", world), ("slot", slot)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= int(value) < 2**32:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, np.integer))
+            or not 0 <= int(value) < 2**32
+        ):
             raise ValueError(f"`{name}` must be an integer in [0, 2**32), got {value!r}")
     site = world_key(as_key(key), np.uint32(case), np.uint32(world))
     site = fold_in(fold_in(fold_in(site, _TEXT_TAG), stable_hash(step)), np.uint32(slot))

@@ -63,7 +63,9 @@ def _top_separated(mean, lower, upper, value_range) -> bool:
     return bool(top1_separated(mean, lower - margin, upper + margin))
 
 
-def top_separated_at(values: np.ndarray, marks, ks, rule: str, delta: float, value_range: float) -> np.ndarray:
+def top_separated_at(
+    values: np.ndarray, marks, ks, rule: str, delta: float, value_range: float
+) -> np.ndarray:
     """Whether the top step is separated at each of several checkpoints, at once.
 
     The same decision as `checkpoint_interval(values[:t], k, ...)[3]` for every pair
@@ -128,7 +130,9 @@ def student_t_interval(values: np.ndarray, level: float):
     _check_level(level)
     values = np.asarray(values, dtype=np.float64)
     if values.ndim != 2:
-        raise ValueError(f"`values` must be a 2-D array [failures, steps], got shape {values.shape}")
+        raise ValueError(
+            f"`values` must be a 2-D array [failures, steps], got shape {values.shape}"
+        )
     t = values.shape[0]
     mean = values.mean(axis=0) if t else np.full(values.shape[1], np.nan)
     if t < 2:
@@ -139,7 +143,11 @@ def student_t_interval(values: np.ndarray, level: float):
 
 
 def _check_level(level) -> None:
-    if isinstance(level, bool) or not isinstance(level, (int, float, np.floating)) or not 0 < level < 1:
+    if (
+        isinstance(level, bool)
+        or not isinstance(level, (int, float, np.floating))
+        or not 0 < level < 1
+    ):
         raise ValueError(f"`level` must be a number in (0, 1) (e.g. 0.95), got {level!r}")
 
 
@@ -237,7 +245,9 @@ def batch_intervals(
     anytime = {}
     for rule in INTERVAL_RULES:
         if t >= 1 and checkpoint >= 1:
-            _, lo, hi = _interval(shapley, rule, checkpoint_delta(delta, n, checkpoint), 2.0 * width)
+            _, lo, hi = _interval(
+                shapley, rule, checkpoint_delta(delta, n, checkpoint), 2.0 * width
+            )
         else:
             lo = hi = np.full(n, np.nan)
         anytime[rule] = clip_interval(lo, hi, *reach)
@@ -252,7 +262,11 @@ def batch_intervals(
     fix_alone = clip_interval(lo, hi, 0.0, 1.0)
     if t == 0:  # nothing analysed: no interval at all
         nan = np.full(n, np.nan)
-        fixed = anytime["normal"] = anytime["bernstein"] = fix_alone = (nan, nan, np.zeros((n, 2), bool))
+        fixed = anytime["normal"] = anytime["bernstein"] = fix_alone = (
+            nan,
+            nan,
+            np.zeros((n, 2), bool),
+        )
     return BatchIntervals(
         level=float(level),
         delta=float(delta),

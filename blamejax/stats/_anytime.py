@@ -163,7 +163,9 @@ def confidence_radius(kind: str, t, variance, value_range, delta):
     of sample variance `variance` (broadcast together), range width `value_range` and level
     `delta`: the one place the estimators pick their radius."""
     if kind not in ("bernstein", "hoeffding", "normal"):
-        raise ValueError(f"`kind` must be one of ['bernstein', 'hoeffding', 'normal'], got {kind!r}")
+        raise ValueError(
+            f"`kind` must be one of ['bernstein', 'hoeffding', 'normal'], got {kind!r}"
+        )
     if kind == "bernstein":
         return bernstein_radius(t, variance, value_range, delta)
     if kind == "hoeffding":

@@ -78,5 +78,3 @@ def point_of_commitment(low, high) -> np.ndarray:
     significant = (low > 0) | (high < 0)
     order = np.arange(significant.shape[-1])
     return np.max(np.where(significant, order, -1), axis=-1)
-
-

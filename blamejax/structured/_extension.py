@@ -137,7 +137,11 @@ def elimination(structure: Structure, graph: Graph, players, fixes, factors=None
             drop.add(bit)
         frontier = [v for v in after if v not in drop]
         fix = fixes[j] if j >= 0 else 0
-        ops.append(SiteOp(s, tuple(graph.parents[s]), j, fix, bit, opens, tuple(attach[s]), tuple(frontier)))
+        ops.append(
+            SiteOp(
+                s, tuple(graph.parents[s]), j, fix, bit, opens, tuple(attach[s]), tuple(frontier)
+            )
+        )
     chain = all(op.parents in ((), (op.site - 1,)) and op.bit < 0 for op in ops) and all(
         len(scope) <= 1 for scope in factors
     )
@@ -233,7 +237,9 @@ def reachable(elim: Elimination, maps, dtype):
         invalid = invalid | (hit > 0)
         bare = op._replace(factors=())
         for k in op.factors:
-            masks[k] = jnp.minimum(_step(elim, bare, T, axes, maps, None, ones, dtype, out=elim.factors[k])[0], 1)
+            masks[k] = jnp.minimum(
+                _step(elim, bare, T, axes, maps, None, ones, dtype, out=elim.factors[k])[0], 1
+            )
         T = jnp.minimum(_step(elim, bare, T, axes, maps, None, ones, dtype), 1)
         axes = op.out
     return tuple(masks), invalid
@@ -255,7 +261,11 @@ def direct_runs(elim: Elimination, graph: Graph, maps, tables, bits):
         options.append(jnp.maximum(chosen, 0))
     values = None
     for table, scope in zip(tables, elim.factors):
-        value = table[tuple(options[s] for s in scope)] if scope else jnp.broadcast_to(table, bits.shape[:1])
+        value = (
+            table[tuple(options[s] for s in scope)]
+            if scope
+            else jnp.broadcast_to(table, bits.shape[:1])
+        )
         values = value if values is None else values * value
     return jnp.stack(options, axis=1)[:2], invalid, values
 
@@ -324,7 +334,9 @@ def chain_maps(structure: Structure, elim: Elimination, logits, noise, world):
     if world.overrides is not None:
         rows = jnp.where(jnp.stack(world.valid)[:, None], jnp.stack(world.overrides), rows)
     root = hard_argmax(logits[0], rows[0], structure.sites[0].step)  # [V0]
-    best = hard_argmax(jnp.stack(rest), rows[1:, None, None, :], structure.sites[1].step)  # [n-1, V, K]
+    best = hard_argmax(
+        jnp.stack(rest), rows[1:, None, None, :], structure.sites[1].step
+    )  # [n-1, V, K]
     fixes = np.asarray([op.fix if op.player >= 0 else 0 for op in elim.ops], np.int32)
     first = elim.ops[0]
     fact = jnp.concatenate([jnp.broadcast_to(root[0], (1, size)), best[:, 0]])
@@ -367,7 +379,9 @@ def chain_gains(fact, fix, weights, unary):
 
     def push(a, f):  # pushed[k] = sum of a[c] over the options c that f maps to k
         # K one-hot terms, fused by XLA into one pass (as fast as a scatter-add at K = 8).
-        return sum(jax.nn.one_hot(f[c], size, dtype=dtype)[:, None] * a[c][None, :] for c in range(size))
+        return sum(
+            jax.nn.one_hot(f[c], size, dtype=dtype)[:, None] * a[c][None, :] for c in range(size)
+        )
 
     def forward(a, x):
         f, g, w, u = x
@@ -400,7 +414,9 @@ def chain_reachable(elim: Elimination, fact, fix, dtype):
         bad = (f < 0) | (both & (g < 0))
         invalid = invalid | jnp.any((r > 0) & bad)
         f, g = jnp.maximum(f, 0), jnp.maximum(g, 0)
-        pushed = jax.ops.segment_sum(r, f, size) + jnp.where(both, jax.ops.segment_sum(r, g, size), 0)
+        pushed = jax.ops.segment_sum(r, f, size) + jnp.where(
+            both, jax.ops.segment_sum(r, g, size), 0
+        )
         pushed = jnp.minimum(pushed, 1)
         return (pushed, invalid), pushed
 
@@ -421,7 +437,9 @@ def chain_runs(elim: Elimination, fact, fix, unary, constant, bits):
         return (option, invalid | (chosen < 0), value * u[option]), chosen[:2]
 
     start = (
-        jnp.zeros(bits.shape[0], jnp.int32), jnp.zeros(bits.shape[0], bool), jnp.ones(bits.shape[0], unary.dtype)
+        jnp.zeros(bits.shape[0], jnp.int32),
+        jnp.zeros(bits.shape[0], bool),
+        jnp.ones(bits.shape[0], unary.dtype),
     )
     (_, invalid, values), options = jax.lax.scan(step, start, (fact, fix, site_bits, unary))
     return jnp.maximum(options, 0).T, invalid, values * constant
@@ -466,7 +484,10 @@ def world_blame(
     if elim.chain:
         fact, fix = chain if chain is not None else chain_arrays(elim, maps)
         reach, invalid = chain_reachable(elim, fact, fix, dtype)
-        masks = tuple(reach[s[0], : t_.shape[0]] if s else jnp.ones((), dtype) for s, t_ in zip(elim.factors, tables))
+        masks = tuple(
+            reach[s[0], : t_.shape[0]] if s else jnp.ones((), dtype)
+            for s, t_ in zip(elim.factors, tables)
+        )
     else:
         masks, invalid = reachable(elim, maps, dtype)
     low, high, bad = _range(masks, tables)
@@ -477,9 +498,12 @@ def world_blame(
         player = np.asarray(elim.site_player)
         site_t = jnp.where(jnp.asarray(player >= 0)[:, None], t.T[np.maximum(player, 0)], 0)
         per_site = chain_gains(fact, fix, site_t, unary) * constant  # [sites, points]
-        gains = jnp.zeros((n, points.size), dtype).at[np.maximum(player, 0)].add(
-            jnp.where(jnp.asarray(player >= 0)[:, None], per_site, 0)
-        ).T
+        gains = (
+            jnp.zeros((n, points.size), dtype)
+            .at[np.maximum(player, 0)]
+            .add(jnp.where(jnp.asarray(player >= 0)[:, None], per_site, 0))
+            .T
+        )
         options, run_invalid, runs = chain_runs(elim, fact, fix, unary, constant, bits)
     else:
         gains = jax.grad(lambda t: extension(elim, maps, safe, t).sum())(t)  # [points, n]
@@ -489,6 +513,7 @@ def world_blame(
     banzhaf, leave_one_out = gains[0], gains[1]
     pairs = None
     if interactions:
+
         def hessian(point):
             return jax.hessian(lambda u: extension(elim, maps, safe, u[None])[0])(point)
 

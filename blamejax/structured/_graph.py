@@ -203,7 +203,11 @@ def _dependencies(jaxpr, inputs: list[int], env=None) -> list[int]:
     for eqn in jaxpr.eqns:
         ins = [read(v) for v in eqn.invars]
         inner = _inner_jaxpr(eqn)
-        if inner is not None and len(inner.invars) == len(ins) and len(inner.outvars) == len(eqn.outvars):
+        if (
+            inner is not None
+            and len(inner.invars) == len(ins)
+            and len(inner.outvars) == len(eqn.outvars)
+        ):
             outs = _dependencies(inner, ins)
         else:
             union = 0
@@ -235,7 +239,11 @@ def score_table(pipeline: Callable, structure: Structure, graph: Graph, case):
     score that reads no draw), for one case: the pipeline's score part run under `vmap` over
     the grid of options (the other draws' options are zero; the score does not read them)."""
     sizes = [structure.sites[s].num_options for s in graph.scope]
-    grid = np.indices(sizes, dtype=np.int32).reshape(len(sizes), -1) if sizes else np.zeros((0, 1), np.int32)
+    grid = (
+        np.indices(sizes, dtype=np.int32).reshape(len(sizes), -1)
+        if sizes
+        else np.zeros((0, 1), np.int32)
+    )
 
     def one(options):
         indices = list(site_indices(structure))

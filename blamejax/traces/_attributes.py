@@ -58,7 +58,10 @@ def _choice_text(body) -> str | None:
 
 def _is_agent_span(span) -> bool:
     a = span["attributes"]
-    return a.get("gen_ai.operation.name") == "invoke_agent" or span["name"].split(" ")[0] == "invoke_agent"
+    return (
+        a.get("gen_ai.operation.name") == "invoke_agent"
+        or span["name"].split(" ")[0] == "invoke_agent"
+    )
 
 
 def otel_fields(span, above, used) -> dict:

@@ -118,7 +118,9 @@ class TraceCases(NamedTuple):
     @property
     def agent_map(self) -> dict:
         """`{player: agent}` for `bj.traces.readout`."""
-        return {s: a for s, a in zip(self.steps, self.agents) if s in self.players and a is not None}
+        return {
+            s: a for s, a in zip(self.steps, self.agents) if s in self.players and a is not None
+        }
 
 
 def _drawn(step) -> bool:
@@ -129,7 +131,9 @@ def _signature(run, fix: str):
     """What two runs must share to be stacked: every drawn step's name, options, given
     step, agent and whether it has the fix variant."""
     return tuple(
-        (s.name, tuple(s.options), s.given, s.agent, fix in s.logits) for s in run.steps if _drawn(s)
+        (s.name, tuple(s.options), s.given, s.agent, fix in s.logits)
+        for s in run.steps
+        if _drawn(s)
     )
 
 
@@ -241,7 +245,9 @@ def trace_cases(runs: Sequence, *, fix: str = "fix", score: Callable | None = No
     names = tuple(entry[0] for entry in signature)
     players = tuple(entry[0] for entry in signature if entry[4])
     if not players:
-        raise ValueError(f"no drawn step of run {runs[0].run!r} has a {fix!r} logits variant: no step can be blamed")
+        raise ValueError(
+            f"no drawn step of run {runs[0].run!r} has a {fix!r} logits variant: no step can be blamed"
+        )
     given = []
     for name, _, parent, _, _ in signature:
         if parent is not None and parent not in names:
@@ -281,7 +287,9 @@ def trace_cases(runs: Sequence, *, fix: str = "fix", score: Callable | None = No
             logits[name].append(table)
             labels = step.accept
             accept[name].append(
-                np.ones(len(step.options)) if not labels else np.isin(step.options, labels).astype(np.float64)
+                np.ones(len(step.options))
+                if not labels
+                else np.isin(step.options, labels).astype(np.float64)
             )
     cases = {
         "logits": {name: np.stack(tables) for name, tables in logits.items()},
@@ -363,14 +371,18 @@ def blame_runs(
     """
     if isinstance(runs, TraceCases):
         if score is not None or fix != "fix":
-            raise ValueError("`fix` and `score` belong to trace_cases; they cannot be changed for a TraceCases")
+            raise ValueError(
+                "`fix` and `score` belong to trace_cases; they cannot be changed for a TraceCases"
+            )
         tc = runs
     else:
         tc = trace_cases(runs, fix=fix, score=score)
     if estimator not in ESTIMATORS:
         raise ValueError(f"`estimator` must be one of {ESTIMATORS}, got {estimator!r}")
     if estimator == "mc" and max_evaluations is None:
-        raise ValueError("`max_evaluations` (the Monte Carlo budget per run) is required with estimator='mc'")
+        raise ValueError(
+            "`max_evaluations` (the Monte Carlo budget per run) is required with estimator='mc'"
+        )
     if estimator == "exact" and max_evaluations is not None:
         raise ValueError("`max_evaluations` is used only with estimator='mc'")
     key = as_key(key)
@@ -379,13 +391,19 @@ def blame_runs(
         result = exact_blame(tc.pipeline, tc.cases, worlds, steps=tc.players, **options)
     else:
         result = mc_shapley(
-            tc.pipeline, tc.cases, worlds, jr.fold_in(key, 1), max_evaluations=max_evaluations,
-            steps=tc.players, **options,
+            tc.pipeline,
+            tc.cases,
+            worlds,
+            jr.fold_in(key, 1),
+            max_evaluations=max_evaluations,
+            steps=tc.players,
+            **options,
         )
     high = result.score_range[1]
     empty = np.asarray(result.empty, np.float64)
     mismatched = tuple(
-        run for run, passed, value in zip(tc.runs, tc.passed, empty)
+        run
+        for run, passed, value in zip(tc.runs, tc.passed, empty)
         if passed is not None and bool(passed) != bool(value >= high)
     )
     return TraceBlame(result, tc, worlds, dict(tc.unblamable), mismatched, CAVEAT)

@@ -43,7 +43,13 @@ def _attributes(value, label, where, found) -> dict:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        found.append(Problem(**where, field=f"{label}.attributes", message=f"expected an object, got {shown(value)}"))
+        found.append(
+            Problem(
+                **where,
+                field=f"{label}.attributes",
+                message=f"expected an object, got {shown(value)}",
+            )
+        )
         return {}
     return {k: list(v) if isinstance(v, tuple) else v for k, v in value.items()}
 
@@ -62,24 +68,61 @@ def console_span(doc: dict, where: dict, problems: list) -> dict | None:
     found = []
     for key, value in (("trace_id", trace), ("span_id", sid)):
         if value is None:
-            found.append(Problem(**where, field=f"{label}.context.{key}", message=f"expected a hex id string, got {shown(context.get(key))}"))
+            found.append(
+                Problem(
+                    **where,
+                    field=f"{label}.context.{key}",
+                    message=f"expected a hex id string, got {shown(context.get(key))}",
+                )
+            )
     parent = doc.get("parent_id")
     if parent is not None and _id(parent) is None:
-        found.append(Problem(**where, field=f"{label}.parent_id", message=f"expected a hex id string or null, got {shown(parent)}"))
+        found.append(
+            Problem(
+                **where,
+                field=f"{label}.parent_id",
+                message=f"expected a hex id string or null, got {shown(parent)}",
+            )
+        )
     attributes = _attributes(doc.get("attributes"), label, where, found)
     events = []
     for i, event in enumerate(doc.get("events") or []):
         if not isinstance(event, dict):
-            found.append(Problem(**where, field=f"{label}.events[{i}]", message=f"expected an event object, got {shown(event)}"))
+            found.append(
+                Problem(
+                    **where,
+                    field=f"{label}.events[{i}]",
+                    message=f"expected an event object, got {shown(event)}",
+                )
+            )
             continue
-        events.append({**event, "attributes": _attributes(event.get("attributes"), f"{label}.events[{i}]", where, found)})
+        events.append(
+            {
+                **event,
+                "attributes": _attributes(
+                    event.get("attributes"), f"{label}.events[{i}]", where, found
+                ),
+            }
+        )
     code = (doc.get("status") or {}).get("status_code", "UNSET")
     status = _STATUS.get(code)
     if status is None:
-        found.append(Problem(**where, field=f"{label}.status.status_code", message=f"expected UNSET, OK or ERROR, got {shown(code)}"))
+        found.append(
+            Problem(
+                **where,
+                field=f"{label}.status.status_code",
+                message=f"expected UNSET, OK or ERROR, got {shown(code)}",
+            )
+        )
     start = _nanoseconds(doc.get("start_time"))
     if start is None:
-        found.append(Problem(**where, field=f"{label}.start_time", message=f"expected an ISO 8601 time, got {shown(doc.get('start_time'))}"))
+        found.append(
+            Problem(
+                **where,
+                field=f"{label}.start_time",
+                message=f"expected an ISO 8601 time, got {shown(doc.get('start_time'))}",
+            )
+        )
     if found:
         problems += found
         return None
@@ -111,7 +154,11 @@ def console_log(doc: dict, where: dict, problems: list) -> dict | None:
         return None
     name = doc.get("event_name") or attributes.get("event.name")
     time = _nanoseconds(doc.get("timestamp") or doc.get("observed_timestamp")) or 0
-    kept = {k: v for k, v in doc.items() if k not in ("trace_id", "span_id", "attributes", "body", "resource")}
+    kept = {
+        k: v
+        for k, v in doc.items()
+        if k not in ("trace_id", "span_id", "attributes", "body", "resource")
+    }
     return dict(
         trace=_id(doc.get("trace_id")),
         span=_id(doc.get("span_id")),

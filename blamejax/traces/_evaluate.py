@@ -131,7 +131,9 @@ def check_predictions(data, runs: Sequence, *, source: str = "predictions") -> d
     """Check a predictions mapping `{run id: {"agent": ..., "step": ...}}` against `runs` and
     return `{run id: Prediction}` (see `load_predictions`)."""
     if not isinstance(data, Mapping):
-        raise ValueError(f"{source}: expected a JSON object {{run id: {{\"agent\", \"step\"}}}}, got {type(data).__name__}")
+        raise ValueError(
+            f'{source}: expected a JSON object {{run id: {{"agent", "step"}}}}, got {type(data).__name__}'
+        )
     known = {run.run for run in runs}
     problems, out = [], {}
     for run_id, entry in data.items():
@@ -140,11 +142,13 @@ def check_predictions(data, runs: Sequence, *, source: str = "predictions") -> d
             problems.append(f"{where}: unknown run id (not among the {len(known)} runs)")
             continue
         if not isinstance(entry, Mapping):
-            problems.append(f"{where}: expected an object {{\"agent\": ..., \"step\": ...}}, got {entry!r}")
+            problems.append(
+                f'{where}: expected an object {{"agent": ..., "step": ...}}, got {entry!r}'
+            )
             continue
         extra = sorted(set(entry) - {"agent", "step"})
         if extra:
-            problems.append(f"{where}: unknown fields {extra} (expected \"agent\" and \"step\")")
+            problems.append(f'{where}: unknown fields {extra} (expected "agent" and "step")')
         agent, step = entry.get("agent"), entry.get("step")
         if agent is not None and not isinstance(agent, str):
             problems.append(f"{where}.agent: expected a string or null, got {agent!r}")
@@ -172,7 +176,9 @@ def _names(substring: bool) -> list[str]:
     return ["step"] + [f"step ±{k}" for k in WINDOWS] + (["step (substring)"] if substring else [])
 
 
-def evaluate(runs: Sequence, predictions: Mapping, *, method: str = "method", substring: bool = False) -> Evaluation:
+def evaluate(
+    runs: Sequence, predictions: Mapping, *, method: str = "method", substring: bool = False
+) -> Evaluation:
     """Score `predictions` (`{run id: Prediction}`, e.g. from `load_predictions`) on the
     labelled `runs` (see the module docstring for the rules).
 
@@ -273,7 +279,9 @@ def evaluation_table(evaluations: Sequence[Evaluation], *, method_width: int = 2
         raise ValueError("`evaluations` is empty")
     names = [s.name for s in evaluations[0].scores]
     width = 21
-    head = f"{'method':<{method_width}}" + "".join(f"{n:<{width}}" for n in names) + "no agent / step"
+    head = (
+        f"{'method':<{method_width}}" + "".join(f"{n:<{width}}" for n in names) + "no agent / step"
+    )
     lines = [head, "-" * len(head)]
     for ev in evaluations:
         cells = []
@@ -282,7 +290,7 @@ def evaluation_table(evaluations: Sequence[Evaluation], *, method_width: int = 2
             none = not ev.expectation and len(missing) == ev.num_runs  # predicts no such thing
             cells.append(f"{'—' if none else _cell(ev.score(name)):<{width}}")
         missing = "—" if ev.expectation else f"{len(ev.missing_agent)} / {len(ev.missing_step)}"
-        lines.append(f"{ev.method[:method_width - 1]:<{method_width}}" + "".join(cells) + missing)
+        lines.append(f"{ev.method[: method_width - 1]:<{method_width}}" + "".join(cells) + missing)
     total = evaluations[0].num_runs
     lines.append(
         f"{total} labelled runs; accuracy in % with its 95 % Wilson interval; the random row is an "
@@ -319,7 +327,9 @@ def load_runs(path) -> list:
     return read(path) if jsonl else from_whowhen(path)
 
 
-def whowhen_report(path, *, predictions=None, substring: bool = False, seed: int = 0, num_worlds: int = 8) -> str:
+def whowhen_report(
+    path, *, predictions=None, substring: bool = False, seed: int = 0, num_worlds: int = 8
+) -> str:
     """The evaluation table of `python -m blamejax whowhen PATH`: the methods given (a
     predictions file, and blamejax itself on runs whose steps carry options and logits,
     seeded by `seed`) beside the offline baselines, on the labelled runs at `path`."""
@@ -330,7 +340,11 @@ def whowhen_report(path, *, predictions=None, substring: bool = False, seed: int
     rows, notes = [], []
     if predictions is not None:
         guesses = load_predictions(predictions, runs)
-        rows.append(evaluate(runs, guesses, method=os.path.basename(os.fspath(predictions)), substring=substring))
+        rows.append(
+            evaluate(
+                runs, guesses, method=os.path.basename(os.fspath(predictions)), substring=substring
+            )
+        )
     ours, left = blame_predictions(runs, key=seed, num_worlds=num_worlds)
     if ours:
         rows.append(evaluate(runs, ours, method=f"blamejax (seed {seed})", substring=substring))

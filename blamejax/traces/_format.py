@@ -214,10 +214,14 @@ def to_record(run: Run) -> dict:
     if not isinstance(run, Run):
         raise TypeError(f"run must be a bj.traces.Run, got {type(run).__name__}")
     if not isinstance(run.steps, tuple):
-        raise TypeError(f"`steps` of run {run.run!r} must be a list of bj.traces.Step, got {type(run.steps).__name__}")
+        raise TypeError(
+            f"`steps` of run {run.run!r} must be a list of bj.traces.Step, got {type(run.steps).__name__}"
+        )
     for i, step in enumerate(run.steps):
         if not isinstance(step, Step):
-            raise TypeError(f"`steps[{i}]` of run {run.run!r} must be a bj.traces.Step, got {step!r:.80}")
+            raise TypeError(
+                f"`steps[{i}]` of run {run.run!r} must be a bj.traces.Step, got {step!r:.80}"
+            )
     out: dict = {"format": FORMAT, "run": run.run, "steps": [_step_record(s) for s in run.steps]}
     if run.score is not None:
         out["score"] = run.score
@@ -347,12 +351,16 @@ def list_files(path, suffixes: tuple[str, ...], what: str, key=None) -> list[Pat
     sorted (by `key` if given); a missing path or an empty folder is an error naming it and
     `what` it should hold."""
     if not isinstance(path, str | os.PathLike):
-        raise TypeError(f"`path` must be a {what} file or folder (str or os.PathLike), got {path!r:.80}")
+        raise TypeError(
+            f"`path` must be a {what} file or folder (str or os.PathLike), got {path!r:.80}"
+        )
     path = Path(os.fspath(path))
     if path.is_dir():
         files = sorted((p for p in path.iterdir() if p.suffix in suffixes and p.is_file()), key=key)
         if not files:
-            raise FileNotFoundError(f"path={str(path)!r} is a folder with no {'/'.join(suffixes)} {what} files")
+            raise FileNotFoundError(
+                f"path={str(path)!r} is a folder with no {'/'.join(suffixes)} {what} files"
+            )
         return files
     if not path.is_file():
         raise FileNotFoundError(f"path={str(path)!r}: no such {what} file or folder")

@@ -44,7 +44,9 @@ def check_options(options) -> tuple[str, ...]:
         raise TypeError(f"`options` must be a list of strings, got {shown(options)}")
     options = tuple(options)
     if not options or not all(isinstance(o, str) and o for o in options):
-        raise ValueError(f"`options` must be a non-empty list of non-empty strings, got {shown(list(options))}")
+        raise ValueError(
+            f"`options` must be a non-empty list of non-empty strings, got {shown(list(options))}"
+        )
     if len(set(options)) != len(options):
         raise ValueError(f"`options` must be distinct, got {shown(list(options))}")
     return options
@@ -102,10 +104,18 @@ def logits_from_response(response, options) -> tuple[float, ...]:
     candidates = {}
     for entry in [first, *(first.get("top_logprobs") or [])]:
         token, logprob = entry.get("token"), entry.get("logprob")
-        if not isinstance(token, str) or isinstance(logprob, bool) or not isinstance(logprob, int | float):
-            raise ValueError(f"`response`: a log-probability entry is not {{token, logprob}}: {shown(entry)}")
+        if (
+            not isinstance(token, str)
+            or isinstance(logprob, bool)
+            or not isinstance(logprob, int | float)
+        ):
+            raise ValueError(
+                f"`response`: a log-probability entry is not {{token, logprob}}: {shown(entry)}"
+            )
         if math.isnan(logprob) or logprob > 0:
-            raise ValueError(f"`response`: token {token!r} has log-probability {logprob!r}; expected a number <= 0")
+            raise ValueError(
+                f"`response`: token {token!r} has log-probability {logprob!r}; expected a number <= 0"
+            )
         candidates.setdefault(token, float(logprob))  # the token itself repeats its top entry
     found: list[list[float]] = [[] for _ in options]
     for token, logprob in candidates.items():
@@ -178,7 +188,9 @@ def _lookup(table, run, step, name):
     if callable(table):
         return table(run, step), True
     if not isinstance(table, Mapping):
-        raise TypeError(f"`{name}` must be a mapping {{agent: options}} or a function, got {shown(table)}")
+        raise TypeError(
+            f"`{name}` must be a mapping {{agent: options}} or a function, got {shown(table)}"
+        )
     return (table.get(step.agent), False) if step.agent is not None else (None, False)
 
 
@@ -221,7 +233,9 @@ def decisions_from_logprobs(runs, options, *, accept=None) -> list:
     if isinstance(runs, (str, bytes)) or not isinstance(runs, Sequence):
         raise TypeError(f"`runs` must be a list of bj.traces.Run, got {type(runs).__name__}")
     if options is None or not (callable(options) or isinstance(options, Mapping)):
-        raise TypeError(f"`options` must be a mapping {{agent: options}} or a function, got {shown(options)}")
+        raise TypeError(
+            f"`options` must be a mapping {{agent: options}} or a function, got {shown(options)}"
+        )
     out = []
     for run in runs:
         if not isinstance(run, Run):
@@ -247,9 +261,14 @@ def decisions_from_logprobs(runs, options, *, accept=None) -> list:
             except ValueError as error:
                 raise ValueError(f"{where}: {error}") from None
             labels, _ = _lookup(accept, run, step, "accept")
-            steps.append(dataclasses.replace(
-                step, options=declared, logits={"factual": logits}, choice=choice,
-                accept=None if labels is None else tuple(labels),
-            ))
+            steps.append(
+                dataclasses.replace(
+                    step,
+                    options=declared,
+                    logits={"factual": logits},
+                    choice=choice,
+                    accept=None if labels is None else tuple(labels),
+                )
+            )
         out.append(dataclasses.replace(run, steps=tuple(steps)))
     return out

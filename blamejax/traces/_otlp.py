@@ -132,7 +132,9 @@ def read_export(doc, kind, where, problems, spans, logs) -> tuple[dict[str, int]
                 continue
             for j, item in enumerate(items):
                 if kind == "otlp-logs":
-                    record = _flatten_log(item, f"{items_key}[{j}]", resource, scope, where, problems)
+                    record = _flatten_log(
+                        item, f"{items_key}[{j}]", resource, scope, where, problems
+                    )
                     if record is not None:
                         logs.append(record)
                     else:
@@ -259,7 +261,11 @@ def _flatten_log(record, field, resource, scope, where, problems) -> dict | None
     """One OTLP log record: its trace and span ids (hex, None when absent), its event name
     (`eventName`, or the older `event.name` attribute), decoded attributes and body."""
     if not isinstance(record, dict):
-        problems.append(Problem(**where, field=field, message=f"expected a log record object, got {shown(record)}"))
+        problems.append(
+            Problem(
+                **where, field=field, message=f"expected a log record object, got {shown(record)}"
+            )
+        )
         return None
     try:
         attributes = decode_attributes(record.get("attributes"))
@@ -271,7 +277,13 @@ def _flatten_log(record, field, resource, scope, where, problems) -> dict | None
     for key, size in (("traceId", 16), ("spanId", 8)):
         value = record.get(key) or None
         if value is not None and not isinstance(value, str):
-            problems.append(Problem(**where, field=f"{field}.{key}", message=f"expected a hex id string, got {shown(value)}"))
+            problems.append(
+                Problem(
+                    **where,
+                    field=f"{field}.{key}",
+                    message=f"expected a hex id string, got {shown(value)}",
+                )
+            )
             return None
         ids[key] = None if value is None else hex_id(value, size)
     time = record.get("timeUnixNano") or record.get("observedTimeUnixNano") or 0

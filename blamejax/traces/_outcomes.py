@@ -125,7 +125,10 @@ def outcome(tid, roots, outcomes, outcome_key, ok_means_passed, bad, matched: se
         if key in outcomes:
             matched.add(key)
             return (*_as_outcome(outcomes[key]), "outcomes")
-    for finder, source in ((_from_attributes, "outcome attributes"), (_from_evaluation, EVALUATION_RESULT)):
+    for finder, source in (
+        (_from_attributes, "outcome attributes"),
+        (_from_evaluation, EVALUATION_RESULT),
+    ):
         found = [f for f in (finder(root, bad) for root in roots) if f is not None]
         if len(set(found)) > 1:
             bad(roots[0], "", f"the root spans of trace {tid} disagree on the outcome ({source})")
@@ -137,7 +140,11 @@ def outcome(tid, roots, outcomes, outcome_key, ok_means_passed, bad, matched: se
         return None, False, "status ERROR"
     if statuses == {"OK"} and ok_means_passed:
         return None, True, "status OK (ok_means_passed)"
-    status = "OK, which is not taken as passed unless ok_means_passed=True" if statuses == {"OK"} else "UNSET"
+    status = (
+        "OK, which is not taken as passed unless ok_means_passed=True"
+        if statuses == {"OK"}
+        else "UNSET"
+    )
     bad(
         roots[0],
         "status",

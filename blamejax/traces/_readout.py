@@ -85,7 +85,11 @@ def _result_rows(result, failure: int, threshold):
         raise TypeError(
             f"`result` must be an ExactResult, MCResult or BatchResult, got {type(result).__name__}"
         )
-    if isinstance(failure, bool) or not isinstance(failure, (int, np.integer)) or not 0 <= failure < count:
+    if (
+        isinstance(failure, bool)
+        or not isinstance(failure, (int, np.integer))
+        or not 0 <= failure < count
+    ):
         raise ValueError(f"`failure` must be an int in [0, {count}), got {failure!r}")
     if threshold is not None and isinstance(result, BatchResult):
         raise ValueError(
@@ -102,7 +106,10 @@ def _result_rows(result, failure: int, threshold):
     row = values[failure]
     if isinstance(result, ExactResult):
         level = result.score_range[1] if threshold is None else float(threshold)
-        alone = np.asarray(result.empty, np.float64)[failure] + np.asarray(result.fix_alone, np.float64)[failure]
+        alone = (
+            np.asarray(result.empty, np.float64)[failure]
+            + np.asarray(result.fix_alone, np.float64)[failure]
+        )
         # The score with one fix, averaged over worlds, reaches the level (a float32 sum of
         # ones may round just below it: a relative 1e-6 is allowed).
         repairs = alone >= level - 1e-6 * max(1.0, abs(level))
@@ -116,8 +123,14 @@ def _result_rows(result, failure: int, threshold):
     return row, repairs, note
 
 
-def readout(result, agents: Mapping[str, str | None] | None = None, *, failure: int = 0,
-            tolerance: float = 1e-6, threshold: float | None = None) -> Readout:
+def readout(
+    result,
+    agents: Mapping[str, str | None] | None = None,
+    *,
+    failure: int = 0,
+    tolerance: float = 1e-6,
+    threshold: float | None = None,
+) -> Readout:
     """Who, when, the earliest repairing step and the ranking of one failure of `result`.
 
     **Arguments:**
@@ -147,7 +160,11 @@ def readout(result, agents: Mapping[str, str | None] | None = None, *, failure: 
     assert out.earliest_repair == "planner"              # its fix alone repairs the run
     ```
     """
-    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0 <= tolerance < np.inf:
+    if (
+        isinstance(tolerance, bool)
+        or not isinstance(tolerance, (int, float))
+        or not 0 <= tolerance < np.inf
+    ):
         raise ValueError(f"`tolerance` must be a finite number >= 0, got {tolerance!r}")
     steps = tuple(result.steps) if hasattr(result, "steps") else ()
     agents = {} if agents is None else agents
@@ -156,7 +173,9 @@ def readout(result, agents: Mapping[str, str | None] | None = None, *, failure: 
     row, repairs, note = _result_rows(result, failure, threshold)
     unknown = sorted(set(agents) - set(steps))
     if unknown:
-        raise ValueError(f"`agents` names steps {unknown} that are not among the result's steps {list(steps)}")
+        raise ValueError(
+            f"`agents` names steps {unknown} that are not among the result's steps {list(steps)}"
+        )
     step_agents = tuple(agents.get(step) for step in steps)
     per_agent: dict = {}
     for agent, value in zip(step_agents, row):
@@ -181,7 +200,9 @@ def readout(result, agents: Mapping[str, str | None] | None = None, *, failure: 
     )
 
 
-def blame_predictions(runs, *, key=0, num_worlds: int = 8, fix: str = "fix", score=None) -> tuple[dict, tuple[str, ...]]:
+def blame_predictions(
+    runs, *, key=0, num_worlds: int = 8, fix: str = "fix", score=None
+) -> tuple[dict, tuple[str, ...]]:
     """blamejax's answer to "who and when" for every run that has drawn steps: each group of
     stackable runs (`group_runs`) is blamed exactly under inferred noise (`blame_runs`), and
     each run's readout gives the agent with the largest summed Shapley value and the

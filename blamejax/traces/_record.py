@@ -32,7 +32,9 @@ def _probabilities(logits, options, name) -> list[float]:
         raise TypeError(f"`{name}` must be a list of numbers (one per option), got {shown(logits)}")
     values = list(logits)
     if len(values) != len(options):
-        raise ValueError(f"`{name}` must have {len(options)} numbers (one per option), got {len(values)}")
+        raise ValueError(
+            f"`{name}` must have {len(options)} numbers (one per option), got {len(values)}"
+        )
     for i, x in enumerate(values):
         if isinstance(x, bool) or not isinstance(x, int | float | np.floating | np.integer):
             raise TypeError(f"`{name}[{i}]` must be a number, got {shown(x)}")
@@ -83,7 +85,9 @@ def decision_attributes(options, logits, choice, *, fix_logits=None, accept=None
     if fix_logits is not None:
         out[DECISION_FIX_PROBABILITIES] = _probabilities(fix_logits, options, "fix_logits")
     if not isinstance(choice, str) or choice not in options:
-        raise ValueError(f"`choice` must be one of the options {shown(list(options))}, got {shown(choice)}")
+        raise ValueError(
+            f"`choice` must be one of the options {shown(list(options))}, got {shown(choice)}"
+        )
     if out[DECISION_PROBABILITIES][options.index(choice)] == 0.0:
         raise ValueError(
             f"`choice` {choice!r} has probability 0 under `logits`, so it could not have been chosen"
@@ -94,7 +98,9 @@ def decision_attributes(options, logits, choice, *, fix_logits=None, accept=None
             raise TypeError(f"`accept` must be a list of options or None, got {shown(accept)}")
         unknown = [a for a in accept if a not in options]
         if unknown:
-            raise ValueError(f"`accept` names {shown(unknown)}, which are not options {shown(list(options))}")
+            raise ValueError(
+                f"`accept` names {shown(unknown)}, which are not options {shown(list(options))}"
+            )
         out[DECISION_ACCEPT] = list(accept)
     return out
 

@@ -39,7 +39,9 @@ def _join_logs(logs, traces, problems) -> int:
         span = spans.get((record["trace"], record["span"]))
         if span is None:
             missing = "no span" if record["trace"] not in traces else f"no span {record['span']}"
-            message = f"{missing} in trace {record['trace']} to join it to (spanId {record['span']})"
+            message = (
+                f"{missing} in trace {record['trace']} to join it to (spanId {record['span']})"
+            )
             problems.append(Problem(**where, field=f"{field}.spanId", message=message))
             lost += 1
             continue

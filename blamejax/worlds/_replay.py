@@ -49,7 +49,9 @@ def replay(pipeline: Callable, cases, worlds: World, plan: Plan | None = None, m
     if plan is None:
         plan = factual_plan(structure)
     elif not isinstance(plan, Plan):
-        raise TypeError(f"`plan` must be a blamejax.Plan (or None for the factual run), got {type(plan).__name__}")
+        raise TypeError(
+            f"`plan` must be a blamejax.Plan (or None for the factual run), got {type(plan).__name__}"
+        )
     elif len(plan.steps) != structure.num_steps or len(plan.values) != len(structure.values):
         raise ValueError(
             f"`plan` has {len(plan.steps)} step plans and {len(plan.values)} value plans; this "
@@ -80,7 +82,9 @@ def _uses(leaves, pred) -> bool:
 def _plan_features(plan: Plan) -> tuple[bool, bool]:
     """(fresh noise used, forcing used): a plan that uses neither compiles without them."""
     fresh = _uses([s.noise for s in plan.steps], lambda x: x >= 0)
-    forced = _uses([s.forced for s in plan.steps], lambda x: x >= 0) or plan.forced_sites is not None
+    forced = (
+        _uses([s.forced for s in plan.steps], lambda x: x >= 0) or plan.forced_sites is not None
+    )
     return fresh, forced
 
 

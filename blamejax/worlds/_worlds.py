@@ -36,13 +36,19 @@ from ..pipeline import (
 def _case_ids(case_ids) -> np.ndarray:
     if isinstance(case_ids, (int, np.integer)) and not isinstance(case_ids, bool):
         if not 1 <= case_ids <= 2**32:
-            raise ValueError(f"`case_ids` must be a positive count (at most 2**32) or an array of ids, got {case_ids}")
+            raise ValueError(
+                f"`case_ids` must be a positive count (at most 2**32) or an array of ids, got {case_ids}"
+            )
         return np.arange(int(case_ids))
     ids = np.asarray(case_ids)
     if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer) or ids.size == 0:
-        raise ValueError(f"`case_ids` must be a non-empty 1-D int array, got shape {ids.shape}, dtype {ids.dtype}")
+        raise ValueError(
+            f"`case_ids` must be a non-empty 1-D int array, got shape {ids.shape}, dtype {ids.dtype}"
+        )
     if ids.min() < 0 or ids.max() >= 2**32:  # ids address noise as uint32: wider ones would alias
-        raise ValueError(f"`case_ids` must lie in [0, 2**32), got ids from {ids.min()} to {ids.max()}")
+        raise ValueError(
+            f"`case_ids` must lie in [0, 2**32), got ids from {ids.min()} to {ids.max()}"
+        )
     return ids
 
 
@@ -94,7 +100,9 @@ def observed_plan(structure: Structure, observed: Int[Array, " sites"]) -> Plan:
     return plan._replace(forced_sites=tuple(observed[i] for i in range(len(structure.sites))))
 
 
-def inferred_worlds(pipeline: Callable, cases, observed, key, num_worlds: int, case_ids=None) -> World:
+def inferred_worlds(
+    pipeline: Callable, cases, observed, key, num_worlds: int, case_ids=None
+) -> World:
     """Abduct `num_worlds` posterior worlds per case from the observed choices alone.
 
     For every draw site, the logits it saw are found by replaying the case with every
@@ -141,7 +149,9 @@ def inferred_worlds(pipeline: Callable, cases, observed, key, num_worlds: int, c
             )
     ids = np.arange(num_cases) if case_ids is None else _case_ids(case_ids)
     if ids.shape != (num_cases,):
-        raise ValueError(f"`case_ids` must hold one id per case ({num_cases}), got shape {ids.shape}")
+        raise ValueError(
+            f"`case_ids` must hold one id per case ({num_cases}), got shape {ids.shape}"
+        )
     _check_world_memory(num_cases, num_worlds, sum(site.num_options for site in structure.sites))
     key = as_key(key)
     observed_d = jnp.asarray(observed, jnp.int32)
@@ -180,7 +190,9 @@ def _seen_function(pipeline, structure):
     def seen(cases, observed, key):
         world = World(key=key)
         logits = jax.vmap(
-            lambda c, o: trace_run(pipeline, structure, c, world, observed_plan(structure, o))["logits"]
+            lambda c, o: trace_run(pipeline, structure, c, world, observed_plan(structure, o))[
+                "logits"
+            ]
         )(cases, observed)
         picked = [
             jnp.take_along_axis(logits[i], observed[:, i, None], axis=1)[:, 0]
@@ -204,9 +216,11 @@ def _abduct_sites(keys, logits, observed, step_hashes, slots):
         key = abduction_key(key, step_hash, slot)
         return abduct_gumbels(key, logits, obs)
 
-    per_site = jax.vmap(jax.vmap(one, in_axes=(0, None, None, None, None)), in_axes=(0, 0, 0, None, None))
-    out = jax.vmap(per_site, in_axes=(None, 0, 1, 0, 0))(keys, jnp.stack(logits), observed, step_hashes, slots)
+    per_site = jax.vmap(
+        jax.vmap(one, in_axes=(0, None, None, None, None)), in_axes=(0, 0, 0, None, None)
+    )
+    out = jax.vmap(per_site, in_axes=(None, 0, 1, 0, 0))(
+        keys, jnp.stack(logits), observed, step_hashes, slots
+    )
     out = jax.lax.stop_gradient(out)
     return tuple(out[j] for j in range(len(logits)))
-
-

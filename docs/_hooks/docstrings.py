@@ -20,7 +20,8 @@ log = logging.getLogger(f"mkdocs.plugins.{__name__}")
 def _missing(package: griffe.Module) -> list[str]:
     missing = []
     namespaces = [package] + [
-        member for name, member in package.members.items()
+        member
+        for name, member in package.members.items()
         if member.is_module and not name.startswith("_")
     ]
     for module in namespaces:
@@ -44,8 +45,12 @@ def _missing(package: griffe.Module) -> list[str]:
 
 def on_pre_build(config, **kwargs) -> None:
     extensions = griffe.load_extensions("griffe_public_redundant_aliases")
-    loader = griffe.GriffeLoader(extensions=extensions, search_paths=[str(pathlib.Path(config["docs_dir"]).parent)])
+    loader = griffe.GriffeLoader(
+        extensions=extensions, search_paths=[str(pathlib.Path(config["docs_dir"]).parent)]
+    )
     package = loader.load("blamejax")
     loader.resolve_aliases(external=False)
     for name in _missing(package):
-        log.warning("no docstring: %s (every public name is documented; see tests/test_docstrings.py)", name)
+        log.warning(
+            "no docstring: %s (every public name is documented; see tests/test_docstrings.py)", name
+        )

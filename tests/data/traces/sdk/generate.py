@@ -117,7 +117,10 @@ def otel_v2(api):
         instrumentor.uninstrument()
     finished, records = spans.get_finished_spans(), logs.get_finished_logs()
     half = len(finished) // 2  # two exports, as a batch processor would make them
-    write(HERE / "collector" / "spans.json", lines([encode_spans(finished[:half]), encode_spans(finished[half:])]))
+    write(
+        HERE / "collector" / "spans.json",
+        lines([encode_spans(finished[:half]), encode_spans(finished[half:])]),
+    )
     write(HERE / "collector" / "logs.json", lines([encode_logs(records)]))
     write(HERE / "protobuf" / "spans.json", MessageToJson(encode_spans(finished)) + "\n")
     write(HERE / "protobuf" / "logs.json", MessageToJson(encode_logs(records)) + "\n")
@@ -139,7 +142,10 @@ def openinference(api):
         with tracer.start_as_current_span(
             "pipeline", attributes={"openinference.span.kind": "AGENT"}
         ):
-            for agent, prompt in (("Planner", "Plan: who won in 1998?"), ("Writer", "Write the answer.")):
+            for agent, prompt in (
+                ("Planner", "Plan: who won in 1998?"),
+                ("Writer", "Write the answer."),
+            ):
                 with tracer.start_as_current_span(
                     agent, attributes={"openinference.span.kind": "AGENT", "agent.name": agent}
                 ):
@@ -148,7 +154,9 @@ def openinference(api):
                     )
     finally:
         instrumentor.uninstrument()
-    write(HERE / "openinference" / "spans.ndjson", lines([encode_spans(spans.get_finished_spans())]))
+    write(
+        HERE / "openinference" / "spans.ndjson", lines([encode_spans(spans.get_finished_spans())])
+    )
 
 
 if __name__ == "__main__":
