@@ -522,7 +522,7 @@ def _resolve_chain(pending: list[_Pending], world_noise, plan_variants=None):
     parents' options from the indices already made. The same integers as `_tabulated_hard`
     draw by draw, with a compiled program that does not grow with the number of draws: it
     compiles several times faster for long chains, and each evaluation costs more (a loop
-    step per draw instead of one fused gather; see the README's Monte Carlo figures)."""
+    step per draw instead of one fused gather; see benchmarks/results/bench_mc_chain_compare.md)."""
     m = len(pending)
     rows = [int(np.prod(p.logits.shape[:-1])) for p in pending]
     num_rows = max(rows)

@@ -47,7 +47,7 @@ class OpenAIScorer(RemoteScorer):
     **Raises:** `ImportError` naming `pip install "blamejax[openai]"` without the client.
 
     ```python
-    # doctest: skip (needs a server; see tests/test_scorers.py and the README)
+    # doctest: skip (needs a server; see tests/test_scorers.py and docs/real_runs.md)
     from blamejax.scorers import OpenAIScorer, Request, Cache
     scorer = OpenAIScorer("qwen2.5-7b-instruct", base_url="http://localhost:8000/v1", api_key="none",
                           cache=Cache("scores.sqlite"))
