@@ -134,3 +134,68 @@ def textbook_shapley(values: np.ndarray) -> np.ndarray:
         without = masks[((masks >> i) & 1) == 0]
         phi[i] = np.sum(weights[popcount[without]] * (values[without | (1 << i)] - values[without]))
     return phi
+
+
+# -- a chain's Shapley values by the multilinear extension, in float64 (the structured path's
+# reference: `bench_structured.py` and `tests/test_structured.py`) -----------------------------
+
+
+def numpy_chain_cases(
+    seed: int, num_steps: int, num_cases: int, num_options: int, num_variants: int = 2
+):
+    """Tables of a chain drawn with NumPy (float32): step 0 `[F, V, K]`, step i `[F, V, K, K]`
+    given step i - 1, and a score `[F, K]` read from the last step. (Drawn with JAX, one program
+    per length compiles for minutes at n = 1000.)"""
+    rng = np.random.default_rng(seed)
+    shape = (num_cases, num_variants)
+    tables = [
+        np.asarray(
+            1.5 * rng.standard_normal(shape + ((num_options,) if i else ()) + (num_options,)),
+            np.float32,
+        )
+        for i in range(num_steps)
+    ]
+    score = np.asarray(rng.uniform(size=(num_cases, num_options)), np.float32)
+    return dict(tables=[jax.numpy.asarray(t) for t in tables], score=jax.numpy.asarray(score))
+
+
+def chain_shapley(fact: np.ndarray, fix: np.ndarray, score: np.ndarray) -> np.ndarray:
+    """Shapley values of a chain from its maps (`[n, K]`: each step's option for each option of
+    the step before, factual and fixed), in float64: the forward-backward recursion written
+    plainly (every Gauss-Legendre node at once), integrated over t."""
+    n, size = fact.shape
+    x, w = np.polynomial.legendre.leggauss(-(-n // 2))
+    t, w = (x + 1)[:, None] / 2, w / 2
+    alpha = np.zeros((t.size, size))
+    alpha[:, 0] = 1.0
+    before = []
+    for s in range(n):
+        before.append(alpha)
+        new = np.zeros_like(alpha)
+        for c in range(size):
+            new[:, fact[s, c]] += (1 - t[:, 0]) * alpha[:, c]
+            new[:, fix[s, c]] += t[:, 0] * alpha[:, c]
+        alpha = new
+    beta = np.broadcast_to(np.asarray(score, np.float64), (t.size, size))
+    out = np.zeros(n)
+    for s in reversed(range(n)):
+        bf, bg = beta[:, fact[s]], beta[:, fix[s]]
+        out[s] = w @ (before[s] * (bg - bf)).sum(1)
+        beta = (1 - t) * bf + t * bg
+    return out
+
+
+def chain_shapley_of(pipeline, cases, worlds: bj.World, f: int, w: int) -> np.ndarray:
+    """`chain_shapley` of failure f in world w of `numpy_chain_cases` blamed by `pipeline` (a
+    chain of two variants): the maps are the argmax of each table plus the world's addressed
+    Gumbels, added in float32 as the library adds them."""
+    structure = bj.discover(pipeline, jax.tree_util.tree_map(lambda x: x[0], cases))
+    world = jax.tree_util.tree_map(lambda x: x[f, w], worlds)
+    tables = [np.asarray(t[f]) for t in cases["tables"]]
+    k = tables[0].shape[-1]
+    noise = np.asarray(bj.pipeline.world_noise(structure, world)).astype(np.float32)[:, :k]
+    root = np.argmax(tables[0] + noise[0], axis=-1)  # [V]
+    rest = np.argmax(np.stack(tables[1:]) + noise[1:, None, None, :], axis=-1)  # [n-1, V, K]
+    fact = np.concatenate([np.full((1, k), root[0]), rest[:, 0]])
+    fix = np.concatenate([np.full((1, k), root[1]), rest[:, 1]])
+    return chain_shapley(fact, fix, np.asarray(cases["score"][f]))

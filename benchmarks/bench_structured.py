@@ -42,6 +42,9 @@ import numpy as np
 
 import blamejax as bj
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from _reference import chain_shapley_of, numpy_chain_cases  # noqa: E402
+
 warnings.simplefilter("ignore", bj.estimators.NotAFailureWarning)
 HERE = pathlib.Path(__file__).parent
 OUT = HERE / "results" / "bench_structured.md"
@@ -51,18 +54,6 @@ LINES: list[str] = []
 def say(line: str = "") -> None:
     print(line, flush=True)
     LINES.append(line)
-
-
-def chain_cases(seed: int, n: int, num_cases: int, k: int, num_variants: int = 2):
-    rng = np.random.default_rng(seed)
-    tables = [
-        jnp.asarray(
-            1.5 * rng.standard_normal((num_cases, num_variants) + ((k,) if i else ()) + (k,)),
-            jnp.float32,
-        )
-        for i in range(n)
-    ]
-    return dict(tables=tables, score=jnp.asarray(rng.uniform(size=(num_cases, k)), jnp.float32))
 
 
 def chain(ctx, case):
@@ -101,52 +92,16 @@ def call(function, repeats=3):
     return out, first, float(np.median(times))
 
 
-def reference(fact, fix, score, n):
-    """Shapley values of a chain from its maps, float64 NumPy (as in tests/test_structured.py)."""
-    x, w = np.polynomial.legendre.leggauss(-(-n // 2))
-    t, w = (x + 1)[:, None] / 2, w / 2
-    size = fact.shape[1]
-    alpha = np.zeros((t.size, size))
-    alpha[:, 0] = 1.0
-    before = []
-    for s in range(n):
-        before.append(alpha)
-        new = np.zeros_like(alpha)
-        for c in range(size):
-            new[:, fact[s, c]] += (1 - t[:, 0]) * alpha[:, c]
-            new[:, fix[s, c]] += t[:, 0] * alpha[:, c]
-        alpha = new
-    beta = np.broadcast_to(score.astype(np.float64), (t.size, size))
-    out = np.zeros(n)
-    for s in reversed(range(n)):
-        bf, bg = beta[:, fact[s]], beta[:, fix[s]]
-        out[s] = w @ (before[s] * (bg - bf)).sum(1)
-        beta = (1 - t) * bf + t * bg
-    return out
-
-
-def reference_of(cases, worlds, f, w, n, k):
-    structure = bj.discover(chain, jax.tree_util.tree_map(lambda x: x[0], cases))
-    world = jax.tree_util.tree_map(lambda x: x[f, w], worlds)
-    noise = np.asarray(bj.pipeline.world_noise(structure, world)).astype(np.float32)[:, :k]
-    tables = [np.asarray(t[f]) for t in cases["tables"]]
-    root = np.argmax(tables[0] + noise[0], axis=-1)
-    rest = np.argmax(np.stack(tables[1:]) + noise[1:, None, None, :], axis=-1)
-    fact = np.concatenate([np.full((1, k), root[0]), rest[:, 0]])
-    fix = np.concatenate([np.full((1, k), root[1]), rest[:, 1]])
-    return reference(fact, fix, np.asarray(cases["score"][f], np.float64), n)
-
-
 def section_chain():
     n, k, num_f, num_w = 256, 8, 1000, 4
     say(f"## chain: n = {n}, K = {k}, {num_f} failures x {num_w} fresh worlds")
-    cases = chain_cases(0, n, num_f, k)
+    cases = numpy_chain_cases(0, n, num_f, k)
     worlds = bj.fresh_worlds(1, num_f, num_w)
     result, first, steady = call(lambda: bj.exact_blame(chain, cases, worlds))
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     errors = []
     for f in range(2):  # one world each: the reference of the mean over worlds is the mean
-        ref = np.mean([reference_of(cases, worlds, f, w, n, k) for w in range(num_w)], axis=0)
+        ref = np.mean([chain_shapley_of(chain, cases, worlds, f, w) for w in range(num_w)], axis=0)
         errors.append(np.abs(np.asarray(result.shapley[f], np.float64) - ref).max())
     eff = float(np.abs(np.asarray(result.shapley).sum(1) - np.asarray(result.total)).max())
     say(
@@ -169,7 +124,7 @@ def section_scaling():
     say("|---|---|---|---|")
     sizes, times = [], []
     for n in (16, 32, 64, 128, 256, 512, 1024):
-        cases = chain_cases(n, n, num_f, k)
+        cases = numpy_chain_cases(n, n, num_f, k)
         worlds = bj.fresh_worlds(2, num_f, num_w)
         result, first, steady = call(lambda: bj.exact_blame(chain, cases, worlds))
         assert result.method == "structured"
@@ -190,7 +145,7 @@ def section_enumeration():
     ok = True
     num_f = 64
     rows = [
-        ("chain K=4", chain, chain_cases(n, n, num_f, 4, num_variants=3), n)
+        ("chain K=4", chain, numpy_chain_cases(n, n, num_f, 4, num_variants=3), n)
         for n in (8, 12, 16, 20)
     ]
     rows.append(("DAG, two-parent step", dag, dag_cases(0, num_f), 4))
@@ -240,7 +195,7 @@ def section_take():
     n, k, num_f = 20, 4, 4
     say(f"## a score over two steps, enumerating path (n = {n}, K = {k}, {num_f} failures)")
     cases = dict(
-        chain_cases(5, n, num_f, k),
+        numpy_chain_cases(5, n, num_f, k),
         pair=jnp.asarray(np.random.default_rng(6).uniform(size=(num_f, k, k)), jnp.float32),
     )
     worlds = bj.recorded_worlds(0, num_f)
@@ -265,7 +220,7 @@ def section_mc():
     say(
         f"## Monte Carlo against structured exact values (n = {n}, K = {k}, {num_f} failures, recorded)"
     )
-    cases = chain_cases(7, n, num_f, k)
+    cases = numpy_chain_cases(7, n, num_f, k)
     worlds = bj.recorded_worlds(0, num_f)
     exact, _, ts = call(lambda: bj.exact_blame(chain, cases, worlds))
     say(f"- structured exact: {ts:.3f} s steady")

@@ -11,6 +11,7 @@ import pytest
 from helpers import chain_pipeline, dag_pipeline, random_chain_cases, random_dag_cases
 
 import blamejax as bj
+from benchmarks._reference import chain_shapley_of, numpy_chain_cases
 from blamejax.estimators import _exact
 
 FIELDS = ("shapley", "banzhaf", "fix_alone", "leave_one_out", "empty", "full")
@@ -188,23 +189,6 @@ def test_unreached_invalid_row_is_harmless_and_reached_one_is_an_error(getkey):
         bj.exact_blame(chain_pipeline, dict(cases, tables=tables[:3] + [jnp.asarray(t3)]), worlds)
 
 
-def numpy_chain_cases(seed, num_steps, num_cases, num_options):
-    """`random_chain_cases` drawn with NumPy (that helper compiles one program per length, for
-    minutes at n = 1000)."""
-    rng = np.random.default_rng(seed)
-    tables = [
-        jnp.asarray(
-            1.5
-            * rng.standard_normal((num_cases, 2) + ((num_options,) if i else ()) + (num_options,)),
-            jnp.float32,
-        )
-        for i in range(num_steps)
-    ]
-    return dict(
-        tables=tables, score=jnp.asarray(rng.uniform(size=(num_cases, num_options)), jnp.float32)
-    )
-
-
 def sure(table_of):
     """A `[2, K, K]` table whose argmax is `table_of(v, x)` in every world (margin 60)."""
     t = np.zeros((2, 4, 4))
@@ -238,46 +222,13 @@ def test_axioms_at_n200(getkey):
     assert np.abs(shapley).max() > 1e-3
 
 
-def reference_shapley(fact, fix, score, n):
-    """Shapley values of a chain from its maps, in float64 NumPy: the same forward-backward
-    recursion written plainly (every quadrature node at once), integrated by Gauss-Legendre."""
-    x, w = np.polynomial.legendre.leggauss(-(-n // 2))
-    t, w = (x + 1)[:, None] / 2, w / 2
-    size = fact.shape[1]
-    alpha = np.zeros((t.size, size))
-    alpha[:, 0] = 1.0
-    before = []
-    for s in range(n):
-        before.append(alpha)
-        new = np.zeros_like(alpha)
-        for c in range(size):
-            new[:, fact[s, c]] += (1 - t[:, 0]) * alpha[:, c]
-            new[:, fix[s, c]] += t[:, 0] * alpha[:, c]
-        alpha = new
-    beta = np.broadcast_to(score.astype(np.float64), (t.size, size))
-    out = np.zeros(n)
-    for s in reversed(range(n)):
-        bf, bg = beta[:, fact[s]], beta[:, fix[s]]
-        out[s] = w @ (before[s] * (bg - bf)).sum(1)
-        beta = (1 - t) * bf + t * bg
-    return out
-
-
 def test_n1000_matches_a_float64_reference(getkey):
     n, k = 1000, 4
     cases = numpy_chain_cases(1, n, num_cases=2, num_options=k)
     worlds = bj.fresh_worlds(getkey(), 2, 1)
     result = bj.exact_blame(chain_pipeline, cases, worlds)
-    structure = bj.discover(chain_pipeline, jax.tree_util.tree_map(lambda x: x[0], cases))
-    tables = [np.asarray(t) for t in cases["tables"]]  # float32: the sums the library makes
     for f in range(2):
-        world = jax.tree_util.tree_map(lambda x: x[f, 0], worlds)
-        noise = np.asarray(bj.pipeline.world_noise(structure, world)).astype(np.float32)[:, :k]
-        root = np.argmax(tables[0][f] + noise[0], axis=-1)  # [V]
-        rest = np.argmax(np.stack([t[f] for t in tables[1:]]) + noise[1:, None, None, :], axis=-1)
-        fact = np.concatenate([np.full((1, k), root[0]), rest[:, 0]])
-        fix = np.concatenate([np.full((1, k), root[1]), rest[:, 1]])
-        expected = reference_shapley(fact, fix, np.asarray(cases["score"][f], np.float64), n)
+        expected = chain_shapley_of(chain_pipeline, cases, worlds, f, 0)
         np.testing.assert_allclose(result.shapley[f], expected, atol=TOL, rtol=0)
         assert np.abs(expected).max() > 1e-3
 

@@ -307,9 +307,9 @@ def _structured_function(game: Game, elim, graph, interactions: bool):
         noise = world_noise(structure, world)
         if elim.chain and not interactions:
             chain = chain_maps(structure, elim, logits, noise, world)
-            return world_blame(elim, graph, None, score, chain=chain)
+            return world_blame(elim, None, score, chain=chain)
         maps = site_maps(structure, logits, noise, world)
-        return world_blame(elim, graph, maps, score, interactions)
+        return world_blame(elim, maps, score, interactions)
 
     def per_failure(case, worlds, threshold):
         num_worlds = worlds.key.shape[0]

@@ -18,6 +18,7 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
+from .._compile import compiled
 from ..noise import as_key
 from ..pipeline import discover, world_noise
 from ..structured import site_logits, site_maps
@@ -266,6 +267,7 @@ def fill_lazily(
     return LazyFill(filled, known, worlds, calls, naive, rounds, key, num_worlds)
 
 
+@compiled("scorers.maps")
 def _maps_function(pipeline, structure):
     """Compiled: `(cases [F], worlds [F, W]) -> per site [F, W, V, *K_given]`, each row's
     option in each world (`blamejax.structured.site_maps`; -1 for a row with no valid option)."""

@@ -245,7 +245,7 @@ def reachable(elim: Elimination, maps, dtype):
     return tuple(masks), invalid
 
 
-def direct_runs(elim: Elimination, graph: Graph, maps, tables, bits):
+def direct_runs(elim: Elimination, maps, tables, bits):
     """Single runs made with the maps: for each row of `bits` (`Bool[Array, "B n"]`, the
     players that run their fix) the options of the first two runs `[2, sites]`, whether a
     draw of each run had no valid option `[B]`, and the score `[B]` (the factors multiplied
@@ -256,7 +256,7 @@ def direct_runs(elim: Elimination, graph: Graph, maps, tables, bits):
         variant = jnp.zeros(bits.shape[0], jnp.int32)
         if op.player >= 0:
             variant = bits[:, op.player].astype(jnp.int32) * op.fix
-        chosen = best[(variant,) + tuple(options[p] for p in graph.parents[op.site])]
+        chosen = best[(variant,) + tuple(options[p] for p in op.parents)]
         invalid = invalid | (chosen < 0)
         options.append(jnp.maximum(chosen, 0))
     values = None
@@ -285,8 +285,10 @@ class WorldBlame(NamedTuple):
     - `shapley`, `banzhaf`, `leave_one_out`: `[n]`; `interactions`: `[n, n]` or None.
     - `runs`: `[2 + n]` scores of the direct runs: v(empty), v(all), v({j}).
     - `last`: the last player whose option differs between the failed and the fixed run, -1.
-    - `low`, `high`: the lowest and highest score some coalition reaches; `bad`: whether
-      some coalition's score is NaN or draws from a row with no valid option.
+    - `low`, `high`: the lowest and highest score some coalition reaches.
+
+    Where some coalition's score is NaN or draws from a row with no valid option, every value
+    is NaN (as on the enumerating path, which the estimators' checks then explain).
     """
 
     shapley: jax.Array
@@ -297,7 +299,6 @@ class WorldBlame(NamedTuple):
     last: jax.Array
     low: jax.Array
     high: jax.Array
-    bad: jax.Array
 
 
 def chain_arrays(elim: Elimination, maps):
@@ -465,7 +466,7 @@ def _range(masks, tables):
 
 
 def world_blame(
-    elim: Elimination, graph: Graph, maps, tables, interactions: bool = False, chain=None
+    elim: Elimination, maps, tables, interactions: bool = False, chain=None
 ) -> WorldBlame:
     """Exact blame of one failure in one world from its maps and the score's factor tables
     (pure; `vmap` it over worlds and failures). For a chain, `chain` may hold `(fact, fix)`
@@ -507,7 +508,7 @@ def world_blame(
         options, run_invalid, runs = chain_runs(elim, fact, fix, unary, constant, bits)
     else:
         gains = jax.grad(lambda t: extension(elim, maps, safe, t).sum())(t)  # [points, n]
-        options, run_invalid, runs = direct_runs(elim, graph, maps, safe, bits)
+        options, run_invalid, runs = direct_runs(elim, maps, safe, bits)
     w = jnp.asarray(weights, dtype)
     shapley = w @ gains[2:]
     banzhaf, leave_one_out = gains[0], gains[1]
@@ -536,5 +537,4 @@ def world_blame(
         last=last.astype(jnp.int32),
         low=low,
         high=high,
-        bad=bad,
     )

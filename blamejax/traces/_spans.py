@@ -275,16 +275,7 @@ def from_openinference(
     (required) -> the "factual" logits as log p (p = 0 -> -inf), `decision.fix.probabilities`
     -> the "fix" logits, `decision.choice` -> choice, `decision.accept` -> accept.
 
-    **The outcome** of each run, the first that applies: `outcomes[key]` (True/False, or a
-    score), the key chosen by `outcome_key`: "trace_id" (default; hex, as OTLP/JSON writes
-    it, or "0x..." as the SDK prints it), "root_name" (the root span's name) or the name of a
-    root-span attribute (say "session.id"); the root span's `outcome.passed` (boolean) or
-    `outcome.score` (number) attribute; a `gen_ai.evaluation.result` event or log record on
-    the root span (`gen_ai.evaluation.score.label` "pass"/"fail" and the like -> passed,
-    `gen_ai.evaluation.score.value` -> score); a root span with status ERROR -> passed False;
-    every root OK -> passed True, only with `ok_means_passed=True`. A trace with none has no
-    outcome: a problem naming its root span, never a guess. `run.extra["outcome_from"]` says
-    which rule applied.
+    **The outcome** of each run: as in `from_otel` (the same rules, in the same order).
 
     **Raises:** `TraceError` listing every problem by file, line and `span[<span id>]`.
     """
