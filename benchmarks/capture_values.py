@@ -22,7 +22,7 @@ def put(name, result, fields):
 
 rag = bj.demos.rag_cases(120)
 failed = np.flatnonzero(
-    np.asarray(bj.replay(bj.demos.rag_pipeline, rag, bj.recorded_worlds(0, 120))["score"][:, 0]) < 1
+    np.asarray(bj.replay(bj.demos.rag_pipeline, rag, bj.recorded_worlds(0, np.arange(120)))["score"][:, 0]) < 1
 )
 sub = jax.tree_util.tree_map(lambda x: x[failed], rag)
 r = bj.exact_blame(bj.demos.rag_pipeline, sub, bj.fresh_worlds(0, failed, 3), interactions=True)
@@ -93,5 +93,32 @@ for noise in ("recorded", "inferred", "fresh"):
             ],
         )
         out[f"batch_{noise}_{est}.evaluations"] = np.asarray(r.evaluations)
+
+# The structured path (agent8, 8 steps; refund), the sampling variance, and the interventions.
+for name in ("agent8", "refund"):
+    cases = getattr(bj.demos, f"{name}_cases")(6)
+    pipe = getattr(bj.demos, f"{name}_pipeline")
+    for method in ("structured", "enumerate"):
+        r = bj.exact_blame(pipe, cases, bj.recorded_worlds(0, np.arange(6)), method=method)
+        put(f"{name}_{method}", r, ["shapley", "banzhaf", "fix_alone", "empty", "full"])
+rng = np.random.default_rng(0)
+# (it moved from `estimators` to `reduction`: either version)
+sampling_variance = getattr(bj.estimators, "sampling_variance", None) or getattr(
+    bj.reduction, "sampling_variance"
+)
+v = sampling_variance(rng.uniform(size=256))
+out["sampling_variance.plain"], out["sampling_variance.antithetic"] = v.plain, v.antithetic
+c = bj.contrastive(
+    bj.demos.refund_pipeline, bj.demos.refund_cases(4), bj.recorded_worlds(0, np.arange(4))
+)
+for f, v in vars(c).items():
+    if isinstance(v, (np.ndarray, jax.Array)):
+        out[f"contrastive.{f}"] = np.asarray(v)
+refund4, worlds4 = bj.demos.refund_cases(4), bj.recorded_worlds(0, np.arange(4))
+observed = bj.replay(bj.demos.refund_pipeline, refund4, worlds4)["choice"][:, 0]
+fid = bj.worlds.replay_fidelity(bj.demos.refund_pipeline, refund4, worlds4, observed)
+for f, v in fid._asdict().items() if hasattr(fid, "_asdict") else []:
+    if isinstance(v, (np.ndarray, jax.Array)):
+        out[f"fidelity.{f}"] = np.asarray(v)
 np.savez(sys.argv[1], **out)
 print(len(out), "arrays")
