@@ -39,6 +39,8 @@ import numpy as np
 
 import blamejax as bj
 import blamejax.estimators._mc as bj_mc
+import blamejax.estimators._permutation as bj_permutation
+import blamejax.estimators._prefixes as bj_prefixes
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _timing import timed  # noqa: E402
@@ -297,9 +299,10 @@ def breakdown(n, num_failures, seed, repeats, orders=(32, 128, 512)):
     for label, pipeline in pipelines.items():
         # `scored_prefixes` scores an order's prefixes in padded blocks of at most 8;
         # one block of all n - 1 turns the padding and the scan off (read when compiling).
-        blocks = bj_mc._prefix_blocks
+        # (the driver imported the function by name: it is replaced in both modules)
+        blocks = bj_prefixes.prefix_blocks
         if label == unpadded:
-            bj_mc._prefix_blocks = lambda n: (1, n - 1)
+            bj_prefixes.prefix_blocks = bj_mc.prefix_blocks = lambda n: (1, n - 1)
         try:
             for num_orders in orders:
                 budget = 2 + (n - 1) * num_orders
@@ -311,7 +314,7 @@ def breakdown(n, num_failures, seed, repeats, orders=(32, 128, 512)):
 
                 out[label, num_orders] = 1e3 * timed(call, calls=repeats)[1]
         finally:
-            bj_mc._prefix_blocks = blocks
+            bj_prefixes.prefix_blocks = bj_mc.prefix_blocks = blocks
     lines = [
         f"### n = {n}, {num_failures} failures: ms per `mc_shapley` call (median of {repeats})",
         "",
@@ -420,17 +423,17 @@ def chain_one(n, num_failures, orders, repeats, seed) -> dict:
 
 
 def chain_compare(n, num_failures, orders, repeats, seed) -> dict:
-    """Deferred draws against draws made one by one (`_DEFER_FROM` set to 0, then past n:
+    """Deferred draws against draws made one by one (`DEFER_FROM` set to 0, then past n:
     `mc_shapley` itself defers from 32 draw sites on), on the same inputs in this one process:
     compile time, the fastest of `repeats` calls, and whether the answers agree bit for bit."""
     cases = chain_cases(n, num_failures, seed)
     worlds = bj.fresh_worlds(seed, num_failures, 1)
     budget = 2 + (n - 1) * orders
-    default = bj_mc._DEFER_FROM
+    default = bj_permutation.DEFER_FROM
 
     def side(defer):
         bj.clear_caches()  # the setting is read while tracing
-        bj_mc._DEFER_FROM = 0 if defer else n + 1
+        bj_permutation.DEFER_FROM = 0 if defer else n + 1
         try:
 
             def call(key):
@@ -450,7 +453,7 @@ def chain_compare(n, num_failures, orders, repeats, seed) -> dict:
                 times.append(time.perf_counter() - start)
             steady = min(times)
         finally:
-            bj_mc._DEFER_FROM = default
+            bj_permutation.DEFER_FROM = default
             bj.clear_caches()
         evaluations = int(np.asarray(result.evaluations).sum())
         return result, dict(

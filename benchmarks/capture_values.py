@@ -22,7 +22,10 @@ def put(name, result, fields):
 
 rag = bj.demos.rag_cases(120)
 failed = np.flatnonzero(
-    np.asarray(bj.replay(bj.demos.rag_pipeline, rag, bj.recorded_worlds(0, np.arange(120)))["score"][:, 0]) < 1
+    np.asarray(
+        bj.replay(bj.demos.rag_pipeline, rag, bj.recorded_worlds(0, np.arange(120)))["score"][:, 0]
+    )
+    < 1
 )
 sub = jax.tree_util.tree_map(lambda x: x[failed], rag)
 r = bj.exact_blame(bj.demos.rag_pipeline, sub, bj.fresh_worlds(0, failed, 3), interactions=True)
@@ -103,8 +106,8 @@ for name in ("agent8", "refund"):
         put(f"{name}_{method}", r, ["shapley", "banzhaf", "fix_alone", "empty", "full"])
 rng = np.random.default_rng(0)
 # (it moved from `estimators` to `reduction`: either version)
-sampling_variance = getattr(bj.estimators, "sampling_variance", None) or getattr(
-    bj.reduction, "sampling_variance"
+sampling_variance = (
+    getattr(bj.estimators, "sampling_variance", None) or bj.reduction.sampling_variance
 )
 v = sampling_variance(rng.uniform(size=256))
 out["sampling_variance.plain"], out["sampling_variance.antithetic"] = v.plain, v.antithetic

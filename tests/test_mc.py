@@ -16,7 +16,10 @@ import pytest
 from helpers import chain_pipeline, dag_pipeline, random_chain_cases, random_dag_cases
 
 import blamejax as bj
-import blamejax.estimators._mc as mc
+import blamejax.estimators._advance as advance
+import blamejax.estimators._mc as driver
+import blamejax.estimators._permutation as permutation
+import blamejax.estimators._prefixes as prefixes
 from blamejax._compile import trace_count
 
 NEG = -np.inf
@@ -199,7 +202,7 @@ def test_converges_to_exact_like_one_over_sqrt_t(antithetic):
     np.testing.assert_array_equal(hist.t, [64, 128, 256, 512, 1024, 2048])
     for g, game in enumerate(games):
         exact = exact_shapley(game[None])[0]
-        var = bj.estimators.sampling_variance(game)
+        var = bj.reduction.sampling_variance(game)
         per_sample = var.antithetic if antithetic else var.plain
         assert per_sample.sum() > 0.05  # not a trivial game
         for k, t in enumerate(np.asarray(hist.t)):
@@ -251,13 +254,13 @@ def test_sampling_variance_matches_enumeration():
         m, r = marginals(order), marginals(order[::-1])
         plain.append(m)
         pair.append((m + r) / 2)
-    got = bj.estimators.sampling_variance(v)
+    got = bj.reduction.sampling_variance(v)
     np.testing.assert_allclose(got.plain, np.var(plain, axis=0), atol=1e-12)
     np.testing.assert_allclose(got.antithetic, np.var(pair, axis=0), atol=1e-12)
-    maj = bj.estimators.sampling_variance(majority(3, 2))
+    maj = bj.reduction.sampling_variance(majority(3, 2))
     np.testing.assert_allclose(maj.correlation, 1.0)
     np.testing.assert_allclose(2 * maj.antithetic, 2 * maj.plain)
-    una = bj.estimators.sampling_variance(unanimity(4, 15))
+    una = bj.reduction.sampling_variance(unanimity(4, 15))
     assert np.all(una.correlation < 0)  # last in an order is never last in its reverse
 
 
@@ -353,7 +356,7 @@ def test_scored_prefixes():
     every 7 and less than one per block."""
     for n in range(2, 300):
         scored, interior = bj.estimators.scored_prefixes(n), n - 1
-        num_blocks, block = mc._prefix_blocks(n)
+        num_blocks, block = prefixes.prefix_blocks(n)
         assert scored == num_blocks * block and block <= 8
         assert num_blocks == max(1, -(-interior // 8))
         assert 0 <= scored - interior < num_blocks or (num_blocks == 1 and scored == 8)
@@ -402,10 +405,10 @@ def test_budget_accounting_is_exact(antithetic, n):
     assert bj.estimators.scored_prefixes(n) == {4: 3, 8: 8, 10: 10}[n]
     padding = 32 * 16 * pair * (bj.estimators.scored_prefixes(n) - (n - 1))
     if n == 10:
-        assert mc._prefix_blocks(n) == (2, 5) and mc._ends_in_loop(n)
+        assert prefixes.prefix_blocks(n) == (2, 5) and prefixes.ends_in_loop(n)
         padding += 32 * pair * 5 - 32 * 2
     else:
-        assert not mc._ends_in_loop(n)
+        assert not prefixes.ends_in_loop(n)
     assert sum(counter) == result.evaluations_computed
     assert sum(counter) == int(np.asarray(result.evaluations).sum()) + padding
     if n != 4:
@@ -715,7 +718,7 @@ def test_matches_exact_on_given_and_free_form_pipelines(name):
             )
         )
     )(cases, worlds.key).mean(axis=1)  # [F, 2^n], mean over the worlds
-    variance = np.stack([bj.estimators.sampling_variance(v).plain for v in np.asarray(table)])
+    variance = np.stack([bj.reduction.sampling_variance(v).plain for v in np.asarray(table)])
     phi = np.asarray(exact.shapley)
     err = np.asarray(result.values) - phi
     se = np.sqrt(variance / t)
@@ -731,7 +734,7 @@ def test_matches_exact_on_given_and_free_form_pipelines(name):
 
 @pytest.mark.parametrize("name", ["chain", pytest.param("dag", marks=pytest.mark.slow)])
 def test_deferred_draws_give_the_same_estimates(name, monkeypatch):
-    """Monte Carlo draws one by one below `_DEFER_FROM` draw sites and defers its tabulated
+    """Monte Carlo draws one by one below `DEFER_FROM` draw sites and defers its tabulated
     draws from there on (one scan over them, `Context`). On the 10-step chain and the DAG,
     with deferral forced, the estimates are bit for bit those of draws one by one, plain and
     antithetic, fixed budget and adaptive; and the scan is used only when forced."""
@@ -739,7 +742,7 @@ def test_deferred_draws_give_the_same_estimates(name, monkeypatch):
 
     pipeline, cases = pipelines_with_exact()[name]
     worlds = bj.fresh_worlds(24, 12, 2)
-    assert len(bj.Game.make(pipeline, cases).structure.sites) < mc._DEFER_FROM
+    assert len(bj.Game.make(pipeline, cases).structure.sites) < permutation.DEFER_FROM
     resolved = []
     resolve = _context._resolve_chain
     monkeypatch.setattr(
@@ -757,7 +760,7 @@ def test_deferred_draws_give_the_same_estimates(name, monkeypatch):
     try:
         one_by_one = run()
         assert not resolved
-        monkeypatch.setattr(mc, "_DEFER_FROM", 0)
+        monkeypatch.setattr(permutation, "DEFER_FROM", 0)
         deferred = run()
         assert resolved
     finally:
@@ -784,7 +787,7 @@ def test_blocks_of_prefixes_equal_one_batch(monkeypatch, antithetic):
     7) gives the marginals of scoring them all in one batch (the former design) on the
     same orders, and the same under `jit` as eagerly."""
     n = 20
-    assert mc._prefix_blocks(n) == (3, 7)
+    assert prefixes.prefix_blocks(n) == (3, 7)
     case = jax.tree_util.tree_map(lambda x: x[0], random_chain_cases(jr.key(26), n, 1))
     structure = bj.discover(chain_pipeline, case)
     worlds = bj.World(key=bj.fresh_worlds(27, 1, 2).key[0])
@@ -804,7 +807,7 @@ def test_blocks_of_prefixes_equal_one_batch(monkeypatch, antithetic):
 
     blocks = estimate(case)
     jitted = jax.jit(estimate)(case)
-    monkeypatch.setattr(mc, "_prefix_blocks", lambda n: (1, n - 1))
+    monkeypatch.setattr(prefixes, "prefix_blocks", lambda n: (1, n - 1))
     one_batch = estimate(case)
     for field in ("values", "variance", "low", "high"):
         np.testing.assert_allclose(getattr(blocks, field), getattr(one_batch, field), atol=1e-6)
@@ -837,11 +840,13 @@ def test_ends_in_the_loop_trace_the_pipeline_once(monkeypatch):
     settings = [dict(stop=()), dict(stop=(), antithetic=True), dict(epsilon=0.05, t1=8)]
     bj.clear_caches()
     merged = [run(12, **kw) for kw in settings]
-    assert mc._ends_in_loop(12) and not mc._ends_in_loop(6)
+    assert prefixes.ends_in_loop(12) and not prefixes.ends_in_loop(6)
     # (the adaptive run reuses the first run's compiled call: no trace)
     assert [traces for _, traces in merged] == [1, 1, 0]
     assert run(6)[1] == 2
-    monkeypatch.setattr(mc, "_ends_in_loop", lambda n: False)
+    # (the loop and the driver import it by name: replaced in both)
+    monkeypatch.setattr(advance, "ends_in_loop", lambda n: False)
+    monkeypatch.setattr(driver, "ends_in_loop", lambda n: False)
     bj.clear_caches()
     separate = [run(12, **kw) for kw in settings]
     assert [traces for _, traces in separate] == [2, 2, 0]
@@ -903,7 +908,7 @@ def test_table_mentions_rule_and_budget():
 def test_take_slots_equals_a_gather_per_leaf():
     """The lanes' cases come out of one gather per dtype, cut apart again: the same arrays as
     gathering every leaf, whatever its shape (a zero-size leaf and a key array included)."""
-    from blamejax.estimators._mc import _take_slots
+    from blamejax.estimators._advance import take_slots as _take_slots
 
     tree = dict(
         a=jnp.arange(12.0).reshape(3, 4),

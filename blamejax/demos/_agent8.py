@@ -291,7 +291,7 @@ def _antithetic_ratios(games):
         )(cases, worlds.key)
         plain, anti = [], []
         for v in np.asarray(table):
-            s = bj.estimators.sampling_variance(v)
+            s = bj.reduction.sampling_variance(v)
             plain.append(s.plain.sum())
             anti.append(2 * s.antithetic.sum())
         plain, anti = np.asarray(plain), np.asarray(anti)

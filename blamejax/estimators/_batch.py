@@ -15,52 +15,43 @@ worlds; `_batch_step` analyses one block of failures and decides the checkpoints
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
-from jaxtyping import Float, Int
 
 from .._checks import as_key, check_scores_in_range, leading_size
-from .._compile import compiled
 from .._game import Game, make_game
-from ..coalitions import coalition_values, last_step_blame, mask_plan, mask_values
-from ..noise import world_key
-from ..pipeline import Hard, World, check_finite_logits, trace_run
-from ..report import JSONExport
-from ..report import largest_blame as report_largest_blame
-from ..report import step_order as report_step_order
-from ..stats import (
-    INTERVAL_RULES,
-    BatchIntervals,
-    batch_intervals,
-    checkpoint_interval,
-    checkpoints,
-    top_separated_at,
-)
+from ..pipeline import Hard, World, check_finite_logits
+from ..stats import INTERVAL_RULES, checkpoint_interval, checkpoints, top_separated_at
 from ..worlds import fresh_worlds, inferred_worlds, recorded_worlds
+from ._batch_programs import (
+    coalition_function,
+    front_function,
+    mc_function,
+    observed_front_function,
+    select_function,
+)
 from ._checkpoint import (
-    CheckpointError,
-    array_identity,
-    callable_identity,
+    batch_fingerprint,
+    batch_interrupt_message,
+    batch_interrupt_notice,
     checkpoint_path,
     defers_interrupts,
-    environment,
     interrupt_notice,
     interrupted,
     read_checkpoint,
-    tree_identity,
+    resumed_state,
+    saved_state,
     write_checkpoint,
 )
-from ._devices import over_failures
-from ._exact import exact_run, explain_nan, on_device, structured_plan, take_rows
-from ._mc import mc_shapley_fixed
+from ._devices import on_device, over_failures, take_rows
+from ._exact import exact_run, explain_nan, structured_plan
 from ._order import visit_order
+from ._results import BatchResult
 
 NOISE_MODES = {
     "recorded": "counterfactual, this run's own luck: had this step run its fix, with the "
@@ -71,9 +62,17 @@ NOISE_MODES = {
     "fresh noise (not about this particular run)",
 }
 """The batch noise modes, each with the question its blame answers."""
+
+
 EXACT_AUTO_LIMIT = 14
+
+
 STOP_EARLY_BLOCK = 32  # failures analysed per compiled call when stopping early
+
+
 NUM_BLOCKS = 20  # about this many blocks by default (`_block_size`)
+
+
 MIN_PLAIN_BLOCK = 1024  # failures per block at least, without a checkpoint or progress bar
 
 
@@ -346,128 +345,34 @@ def blame_batch(
     cases = jax.tree_util.tree_map(on_device, cases)  # on the device once, sliced there
     saved = fingerprint = None
     if path is not None:  # a checkpoint of other arguments is refused before any work
-        interrupt_notice(_interrupt_notice(path))
-        fingerprint = _fingerprint(settings, cases, max_failures)
+        interrupt_notice(batch_interrupt_notice(path))
+        fingerprint = batch_fingerprint(settings, cases, max_failures)
         saved = read_checkpoint(path, fingerprint)
     if interrupted():
-        raise KeyboardInterrupt(_interrupt_message(path, 0, None))
+        raise KeyboardInterrupt(batch_interrupt_message(path, 0, None))
     front = _batch_front(settings, cases, max_failures)
     total = int(front.failed.size)
     if interrupted():
-        raise KeyboardInterrupt(_interrupt_message(path, 0, total))
+        raise KeyboardInterrupt(batch_interrupt_message(path, 0, total))
     if total == 0:
         return _empty_result(settings, front, option_names)
     state = _batch_init(settings, front, cases)
     if saved is not None:
-        state = _resume(path, state, *saved)
+        state = resumed_state(path, state, *saved)
     bar = _progress(progress, total, state.start)
     try:
         while state.start < total and state.stopped is None and not interrupted():
             state = _batch_step(settings, state)
             if path is not None:
-                write_checkpoint(path, fingerprint, *_saved_state(state))
+                write_checkpoint(path, fingerprint, *saved_state(state))
             if bar is not None:
                 _advance(bar, state, total)
     finally:
         if bar is not None:
             bar.close()
     if interrupted():
-        raise KeyboardInterrupt(_interrupt_message(path, state.start, total))
+        raise KeyboardInterrupt(batch_interrupt_message(path, state.start, total))
     return _batch_finish(settings, front, state, option_names)
-
-
-def _interrupt_notice(path) -> str:
-    where = "" if path is None else f" (it is saved to {path})"
-    return f"blame_batch: Ctrl-C received; stopping after the current block of failures{where}"
-
-
-def _interrupt_message(path, done: int, total: int | None) -> str:
-    if path is None:
-        return (
-            f"blame_batch stopped by Ctrl-C after {done} of {total or 0} failures; nothing was saved: "
-            "pass checkpoint=PATH to keep each completed block and resume from it"
-        )
-    if done == 0:
-        return (
-            f"blame_batch stopped by Ctrl-C before its first block of failures was complete; "
-            f"nothing was saved in {path}: run the same call again to start"
-        )
-    return (
-        f"blame_batch stopped by Ctrl-C after {done} of {total} failures, saved in {path}: run "
-        "the same call again (same arguments, same checkpoint) to resume from there"
-    )
-
-
-def _fingerprint(settings: BatchSettings, cases, max_failures) -> dict:
-    """What the checkpoint must agree on, named as the arguments are: every setting (the
-    game by its parts), the cases by their bytes, and the environment."""
-    game = settings.game
-    out = {
-        "pipeline": callable_identity(game.pipeline),
-        "cases": tree_identity(cases),
-        "steps": list(game.steps),
-        "fixes": list(game.fixes),
-        "mode": tree_identity(game.mode) | {"type": type(game.mode).__name__},
-        "score_range": list(game.score_range),
-        "max_failures": max_failures,
-    }
-    for name, value in settings._asdict().items():
-        if name in ("game", "value_range"):  # by its parts above; derived from score_range
-            continue
-        if name == "key":
-            out[name] = {
-                "impl": str(jr.key_impl(value)),
-                "data": np.asarray(jr.key_data(value)).tolist(),
-            }
-        elif name == "observed":
-            out[name] = None if value is None else array_identity(value)
-        else:
-            out[name] = value
-    return out | environment()
-
-
-def _saved_state(state: BatchState) -> tuple[dict, dict]:
-    """What a checkpoint holds: where the stream stands, and the per-failure arrays of
-    every analysed block, joined."""
-    progress = dict(
-        start=state.start,
-        k=state.k,
-        stopped=state.stopped,
-        evaluations=int(state.evaluations),
-        separated_at=state.separated_at,
-        block_size=state.block_size,
-    )
-    arrays = {name: np.concatenate([b[name] for b in state.blocks]) for name in state.blocks[0]}
-    return progress, arrays
-
-
-def _resume(path: str, state: BatchState, progress: dict, arrays: dict) -> BatchState:
-    """The stream as the checkpoint left it (checked against what the arguments imply)."""
-    try:
-        start, k, stopped = int(progress["start"]), int(progress["k"]), progress["stopped"]
-        consistent = (
-            0 < start <= state.case_ids.size
-            and 0 <= k <= len(state.marks)
-            and progress["block_size"] == state.block_size
-            and set(progress["separated_at"]) == set(state.separated_at)
-            and set(arrays) >= {"shapley", "total"}
-            and all(value.shape[:1] == (start,) for value in arrays.values())
-        )
-    except (KeyError, TypeError, ValueError):
-        consistent = False
-    if not consistent:
-        raise CheckpointError(
-            f"`checkpoint` file {path!r} is corrupt (its progress does not fit these {state.case_ids.size} "
-            "failures); delete it to start over"
-        )
-    return state._replace(
-        start=start,
-        k=k,
-        stopped=None if stopped is None else int(stopped),
-        blocks=(arrays,),
-        separated_at=dict(progress["separated_at"]),
-        evaluations=int(progress["evaluations"]),
-    )
 
 
 def _batch_front(settings: BatchSettings, cases, max_failures) -> BatchFront:
@@ -481,7 +386,7 @@ def _batch_front(settings: BatchSettings, cases, max_failures) -> BatchFront:
     game = settings.game
     num_cases = leading_size(cases)
     if settings.observed is None:
-        recorded, scores, choices = _front_function(game.pipeline, game.structure, game.mode)(
+        recorded, scores, choices = front_function(game.pipeline, game.structure, game.mode)(
             cases, settings.key
         )
     else:
@@ -489,7 +394,7 @@ def _batch_front(settings: BatchSettings, cases, max_failures) -> BatchFront:
         recorded = inferred_worlds(
             game.pipeline, cases, settings.observed, _inferred_key(settings.key), 1, case_ids=ids
         )
-        scores, choices = _observed_front_function(game.pipeline, game.structure, game.mode)(
+        scores, choices = observed_front_function(game.pipeline, game.structure, game.mode)(
             cases, recorded
         )
     scores, choices = np.asarray(scores), np.asarray(choices)
@@ -518,7 +423,7 @@ def _batch_init(settings: BatchSettings, front: BatchFront, cases) -> BatchState
     """The failures to analyse, their fully fixed runs under their own noise (for the
     drill-down; one evaluation each), their worlds, and the checkpoints of the stream."""
     game, failed = settings.game, front.failed
-    select = _select_function(game)
+    select = select_function(game)
     failed_cases, own_worlds, fixed_choices = select(
         cases, front.recorded, np.asarray(failed, np.int32)
     )
@@ -691,7 +596,7 @@ def _coalition_tables(
     rows = np.arange(analysed.size, dtype=np.int32)
     cases, worlds = take_rows((state.cases, state.worlds), rows)
     own = take_rows(front.recorded, np.asarray(analysed, np.int32))  # as it happened
-    scores, choices = _coalition_function(settings.game)(cases, worlds, own)
+    scores, choices = coalition_function(settings.game)(cases, worlds, own)
     num_f, num_w = worlds.key.shape
     size = 1 << settings.game.num_players
     return dict(
@@ -699,29 +604,6 @@ def _coalition_tables(
         coalition_choices=np.asarray(choices),
         evaluations=num_f * (num_w + 1) * size,
     )
-
-
-@compiled("batch.coalitions")
-def _coalition_function(game: Game):
-    """Compiled: `(cases [A], worlds [A, W], recorded [A, 1]) -> (scores [A, W, 2^n],
-    choices [A, 2^n, sites])`, coalition m fixing player j when bit j of m is set."""
-    pipeline, structure, players, variants, mode, _ = game
-    n = len(players)
-    masks = np.array([[(m >> j) & 1 for j in range(n)] for m in range(1 << n)], bool)
-
-    def one(case, worlds, recorded):
-        scores = jax.vmap(
-            lambda w: coalition_values(pipeline, structure, case, w, players, variants, mode)
-        )(worlds)
-        world = jax.tree_util.tree_map(lambda x: x[0], recorded)
-
-        def choices(mask):
-            plan = mask_plan(structure, players, variants, mask)
-            return trace_run(pipeline, structure, case, world, plan, mode)["choice"]
-
-        return scores, jax.vmap(choices)(jnp.asarray(masks))
-
-    return jax.jit(jax.vmap(one))
 
 
 def _worlds(settings: BatchSettings, sub_cases, ids, choices) -> World:
@@ -781,7 +663,7 @@ def _analyse(settings: BatchSettings, cases, worlds, start: int, case_ids) -> di
     key = jr.fold_in(
         settings.key, 0
     )  # failure i of the stream: fold_in(key, i), whatever its block
-    function = _mc_function(game, settings.num_permutations)
+    function = mc_function(game, settings.num_permutations)
     estimate, empty, full, last, resolve, low, high, nan = over_failures(  # split over devices
         function, cases, worlds, key, settings.threshold, jnp.int32(start)
     )
@@ -804,93 +686,6 @@ def _analyse(settings: BatchSettings, cases, worlds, start: int, case_ids) -> di
         * num_w
         * (2 + settings.num_permutations * (n - 1) + n),  # + n: the fixes alone
     )
-
-
-@compiled("batch.mc")
-def _mc_function(game: Game, num_permutations: int):
-    """Compiled: a fixed number of permutations per failure (`mc_shapley_fixed`, vmapped over
-    failures), v(empty), v(all), last-step blame, and the share of worlds in which fixing each
-    player alone reaches `threshold`."""
-    pipeline, structure, players, variants, mode, _ = game
-    n = len(players)
-    masks = np.concatenate([np.zeros((1, n), bool), np.ones((1, n), bool), np.eye(n, dtype=bool)])
-
-    def one(case, worlds, key, threshold):
-        estimate = mc_shapley_fixed(
-            pipeline, structure, case, worlds, key, num_permutations, players, variants, mode=mode
-        )
-        v = jax.vmap(
-            lambda w: mask_values(pipeline, structure, case, w, players, variants, masks, mode)
-        )(worlds)
-        last = jax.vmap(
-            lambda w: last_step_blame(pipeline, structure, case, w, players, variants, mode)
-        )(worlds)
-        resolve = (v[:, 2:] >= threshold).mean(axis=0)  # [n]: each player's fix alone
-        low = jnp.minimum(estimate.low, v.min())  # every score computed, for the range check
-        high = jnp.maximum(estimate.high, v.max())
-        nan = jnp.isnan(v).any() | jnp.isnan(estimate.values).any()  # min/max may skip NaN
-        return estimate, v[:, 0].mean(), v[:, 1].mean(), last, resolve, low, high, nan
-
-    def batch(cases, worlds, key, threshold, start):
-        num = worlds.key.shape[0]
-        keys = jax.vmap(lambda f: jr.fold_in(key, f))(start + jnp.arange(num, dtype=jnp.int32))
-        return jax.vmap(one, in_axes=(0, 0, 0, None))(cases, worlds, keys, threshold)
-
-    return jax.jit(batch)
-
-
-@compiled("batch.front")
-def _front_function(pipeline, structure, mode):
-    """Compiled: every case's recorded world and its factual run,
-    `(cases, key) -> (World [C, 1], score [C], choice [C, sites])` (world 0 of
-    `fold_in(key, case)`, as `recorded_worlds`): it decides which cases failed."""
-
-    def front(cases, key):
-        num_cases = jax.tree_util.tree_leaves(cases)[0].shape[0]
-        ids = jnp.arange(num_cases, dtype=jnp.uint32)
-        worlds = World(key=world_key(key, ids[:, None], 0))
-        run = jax.vmap(lambda case, world: trace_run(pipeline, structure, case, world, mode=mode))
-        out = run(cases, jax.tree_util.tree_map(lambda x: x[:, 0], worlds))
-        return worlds, out["score"], out["choice"]
-
-    return jax.jit(front)
-
-
-@compiled("batch.observed_front")
-def _observed_front_function(pipeline, structure, mode):
-    """Compiled: every case's run in its given world (one per case, replaying a log's observed
-    choices), `(cases, World [C, 1]) -> (score [C], choice [C, sites])`."""
-
-    def front(cases, worlds):
-        run = jax.vmap(lambda case, world: trace_run(pipeline, structure, case, world, mode=mode))
-        out = run(cases, jax.tree_util.tree_map(lambda x: x[:, 0], worlds))
-        return out["score"], out["choice"]
-
-    return jax.jit(front)
-
-
-@compiled("batch.select")
-def _select_function(game: Game):
-    """Compiled: the rows `rows` of the cases and of their recorded worlds, and the choices of
-    each selected case's fully fixed run under its recorded noise (the drill-down's other
-    side), `(cases, worlds, rows) -> (cases [A], World [A, 1], choice [A, sites])`."""
-    pipeline, structure, players, variants, mode, _ = game
-    full = np.ones(len(players), bool)
-
-    def select(cases, worlds, rows):
-        cases, worlds = jax.tree_util.tree_map(lambda x: x[rows], (cases, worlds))
-
-        def fixed(case, world):
-            plan = mask_plan(structure, players, variants, full)
-            return trace_run(pipeline, structure, case, world, plan, mode)["choice"]
-
-        return (
-            cases,
-            worlds,
-            jax.vmap(fixed)(cases, jax.tree_util.tree_map(lambda x: x[:, 0], worlds)),
-        )
-
-    return jax.jit(select)
 
 
 def _progress(enabled: bool, total: int, done: int = 0):
@@ -978,172 +773,3 @@ def _empty_result(settings: BatchSettings, front: BatchFront, option_names) -> B
         fixed_choice=np.zeros((0, sites), np.int32),
         factual_score=z,
     )
-
-
-# --------------------------------------------------------------------------------------
-# The result.
-# --------------------------------------------------------------------------------------
-
-
-class BatchResult(JSONExport, eqx.Module):
-    """Blame over a test set. Step axes follow `steps`; failure axes follow `failure_ids`
-    (the analysed failures, in the seeded order they were visited). Its arrays are NumPy
-    arrays on the host: the statistics across failures are computed there, in float64.
-
-    - `noise`, `question`: the noise mode and the question it answers.
-    - `num_cases`, `num_failures`: cases run, and failures among them (score < threshold).
-    - `failure_ids`: `Int[np.ndarray, "A"]`, case index of each analysed failure (A <= num_failures).
-    - `shapley`: `Float[np.ndarray, "A n"]` per-failure Shapley values; `total`, `empty`, `full`:
-      `[A]` total repair v(all) - v(empty), v(empty), v(all) (means over worlds).
-    - `resolve`: `Float[np.ndarray, "A n"]`, per failure the share of worlds in which fixing the step
-      alone reaches the threshold.
-    - `last_step`: `Int[np.ndarray, "A W"]`, last-step blame per world (-1: no step differs).
-    - `mean_shapley`, `lower`, `upper`: `[n]` mean Shapley value and its anytime-valid interval
-      (rule `interval`) at the last checkpoint reached.
-    - `share_of_repair`: `[n]`, `sum_f phi_fi / sum_f (v_f(all) - v_f(empty))`.
-    - `resolve_rate`: `[n]`, mean of `resolve`; `last_step_rate`: `[n]`, the share of
-      (failure, world) pairs whose last-step blame names the step.
-    - `separated_at`: `{rule: failures needed or None}` for every interval rule on the same
-      stream of failures; `separated`: whether the chosen rule separated the top step.
-    - `interval_checkpoint`: k, the checkpoint of the failure stream at which `lower`,
-      `upper` and the anytime intervals were formed (0 when nothing was analysed).
-    - `level`, `intervals`: the coverage of the fixed-sample intervals (default 0.95; see
-      `with_level`) and a `blamejax.stats.BatchIntervals` with every interval the reports
-      show (fixed-sample Student t, asymptotic and finite-sample anytime, fix-alone rate),
-      each clipped to the range its quantity can take; computed from the per-failure values.
-    - `step_order`: the steps by mean Shapley value, largest first (every report's order);
-      `largest_blame`: per analysed failure, every step within 1e-6 of the score range of
-      the largest Shapley value (ties), or `()` when the total repair is zero.
-    - `factual_choice`, `fixed_choice`: `Int[np.ndarray, "A sites"]`, every draw's option in the
-      failed run and in the fully fixed run (world 0), for the drill-down.
-    - `evaluations`: pipeline runs made: one per case (run as it happened), one per failure to
-      analyse (its fully fixed run, for the drill-down), plus the analysis's coalition
-      evaluations (for exact blame by structure, which scores no coalition on its own, its
-      direct runs: v(empty), v(all) and each fix alone, per world).
-    - `coalition_scores`: `Float[np.ndarray, "A W 2**n"]`, every coalition's score in every
-      world (coalition m fixes step j when bit j of m is set), and `coalition_choices`:
-      `Int[np.ndarray, "A 2**n sites"]`, every draw's option under the failure's recorded
-      noise with that coalition's fixes; `None` unless `blame_batch(..., keep_coalitions=True)`.
-    """
-
-    steps: tuple[str, ...] = eqx.field(static=True)
-    site_steps: tuple[str, ...] = eqx.field(static=True)
-    option_names: tuple | None = eqx.field(static=True)
-    noise: str = eqx.field(static=True)
-    question: str = eqx.field(static=True)
-    estimator: str = eqx.field(static=True)
-    interval: str = eqx.field(static=True)
-    delta: float = eqx.field(static=True)
-    threshold: float = eqx.field(static=True)
-    score_range: tuple[float, float] = eqx.field(static=True)
-    num_cases: int = eqx.field(static=True)
-    num_failures: int = eqx.field(static=True)
-    evaluations: int = eqx.field(static=True)
-    separated: bool = eqx.field(static=True)
-    separated_at: dict = eqx.field(static=True)
-    failure_ids: Int[np.ndarray, " A"]
-    shapley: Float[np.ndarray, "A n"]
-    total: Float[np.ndarray, " A"]
-    empty: Float[np.ndarray, " A"]
-    full: Float[np.ndarray, " A"]
-    resolve: Float[np.ndarray, "A n"]
-    last_step: Int[np.ndarray, "A W"]
-    mean_shapley: Float[np.ndarray, " n"]
-    lower: Float[np.ndarray, " n"]
-    upper: Float[np.ndarray, " n"]
-    share_of_repair: Float[np.ndarray, " n"]
-    resolve_rate: Float[np.ndarray, " n"]
-    last_step_rate: Float[np.ndarray, " n"]
-    factual_choice: Int[np.ndarray, "A sites"]
-    fixed_choice: Int[np.ndarray, "A sites"]
-    factual_score: Float[np.ndarray, " A"]
-    coalition_scores: Float[np.ndarray, "A W 2**n"] | None = None
-    coalition_choices: Int[np.ndarray, "A 2**n sites"] | None = None
-    interval_checkpoint: int = eqx.field(static=True, default=0)
-    level: float = eqx.field(static=True, default=0.95)
-    intervals: BatchIntervals | None = None
-    step_order: tuple[str, ...] | None = eqx.field(static=True, default=None)
-    largest_blame: tuple[tuple[str, ...], ...] | None = eqx.field(static=True, default=None)
-
-    def __post_init__(self):
-        # What the reports show, computed once from the per-failure values.
-        if self.intervals is None:
-            self.intervals = batch_intervals(
-                self.shapley,
-                self.resolve,
-                level=self.level,
-                delta=self.delta,
-                checkpoint=self.interval_checkpoint,
-                score_range=self.score_range,
-            )
-        if self.step_order is None:
-            self.step_order = tuple(self.steps[i] for i in report_step_order(self.mean_shapley))
-        if self.largest_blame is None:
-            self.largest_blame = report_largest_blame(
-                self.shapley, self.total, self.steps, self.score_range
-            )
-
-    @classmethod
-    def _nested(cls) -> dict:
-        return {"intervals": BatchIntervals}
-
-    def with_level(self, level: float) -> BatchResult:
-        """The same result with its fixed-sample intervals at coverage `level` (default
-        0.95); the anytime intervals stay at `1 - delta`."""
-        return dataclasses.replace(self, level=level, intervals=None)
-
-    def plot(self, kind: str = "bars", **kwargs):
-        """A matplotlib `Figure` (needs matplotlib): `kind="bars"`, each step's mean Shapley
-        value with its fixed-sample and anytime intervals beside the baselines;
-        `"failures"`, a heat map of the per-failure Shapley values; `"scatter"`, fix-alone
-        resolve rate against mean Shapley value. See `blamejax.report.plot_batch`."""
-        from ..report import plot_batch
-
-        return plot_batch(self, kind, **kwargs)
-
-    @property
-    def num_analysed(self) -> int:
-        """How many failures were analysed (the length of `failure_ids`)."""
-        return int(self.failure_ids.shape[0])
-
-    def table(self) -> str:
-        """The terminal table: one row per step."""
-        from ..report import batch_table
-
-        return batch_table(self)
-
-    def to_dataframe(self):
-        """Per-step summary as a pandas DataFrame (needs pandas installed)."""
-        from ..report import batch_dataframe
-
-        return batch_dataframe(self)
-
-    def to_html(self, *, interactive: bool = False) -> str:
-        """A single self-contained HTML report (no network, no external assets). With
-        `interactive=True`, the page where the reader toggles fixes and edits coalitions and
-        every rule is recomputed in the browser (`blamejax.report.interactive_html`; needs
-        `blame_batch(..., keep_coalitions=True)`)."""
-        if interactive:
-            from ..report import interactive_html
-
-            return interactive_html(self)
-        from ..report import batch_html
-
-        return batch_html(self)
-
-    def save_html(self, path, *, interactive: bool = False) -> None:
-        """Write `to_html(interactive=interactive)` to `path` (UTF-8), atomically: a failed
-        write leaves an existing file as it was."""
-        from ..report import write_atomic
-
-        write_atomic(path, self.to_html(interactive=interactive))
-
-    def _repr_html_(self) -> str:
-        """An HTML fragment for notebooks: no `<html>` or `<body>`, styles scoped to the
-        report's own class."""
-        from ..report import batch_html_fragment
-
-        return batch_html_fragment(self)
-
-    def __str__(self) -> str:
-        return self.table()

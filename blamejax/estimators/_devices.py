@@ -240,3 +240,18 @@ def over_failures(function, *args, rows: int = 2, devices=None):
     if padded == size:
         return outputs
     return jax.tree_util.tree_map(lambda x: x[:size], outputs)
+
+
+def on_device(x):
+    """`jnp.asarray(x)` for one leaf of the cases, without compiling anything: a NumPy array is
+    transferred with `jax.device_put` (the same dtype and values; `jnp.asarray` compiles a small
+    program per shape to do it), a `jax.Array` is left as it is."""
+    if isinstance(x, jax.Array):
+        return x
+    return jax.device_put(x) if isinstance(x, np.ndarray) else jnp.asarray(x)
+
+
+@jax.jit
+def take_rows(tree, index):
+    """Rows `index` of every leaf (on the device): one chunk of failures, padded."""
+    return jax.tree_util.tree_map(lambda x: x[index], tree)

@@ -12,11 +12,9 @@ import functools
 import math
 from collections.abc import Callable, Sequence
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, Int
 
 from .._checks import check_scores_in_range, check_worlds, leading_size, warn_not_failures
 from .._compile import compiled, note_trace
@@ -24,11 +22,6 @@ from .._game import Game, make_game
 from ..coalitions import coalition_values, explain_nan_score, last_step_blame
 from ..pipeline import Hard, World, check_finite_logits, world_noise
 from ..reduction import Attribution, attribute
-from ..report import (
-    JSONExport,
-    number,
-    step_rows,
-)
 from ..structured import (
     chain_maps,
     elimination,
@@ -39,7 +32,8 @@ from ..structured import (
     world_blame,
 )
 from ._checkpoint import defers_interrupts, interrupt_notice, interrupted
-from ._devices import failure_sharding, num_shards, place, to_local
+from ._devices import failure_sharding, num_shards, on_device, place, take_rows, to_local
+from ._results import ExactResult
 
 DEFAULT_MAX_STEPS = 20
 DEFAULT_BUDGET = 2**21  # scores (failure x world x coalition) per compiled call
@@ -49,72 +43,6 @@ METHODS = ("auto", "structured", "enumerate")
 # compiled call may keep for its reverse pass.
 DEFAULT_MAX_STATES = 2**16
 STRUCTURED_BUDGET = 2**26
-
-
-class ExactResult(JSONExport, eqx.Module):
-    """Exact attributions of F failures over the n steps in `steps`.
-
-    - `steps`: the step names (static), the order of every `n` axis below.
-    - `shapley`, `banzhaf`, `fix_alone`, `leave_one_out`: `Float[Array, "F n"]`.
-    - `interactions`: `Float[Array, "F n n"]` (pairwise Shapley interaction index, zero
-      diagonal) or `None` when not requested.
-    - `empty`, `full`: `Float[Array, "F"]`, v(empty) (the failed run, mean over worlds) and
-      v(all) (the fully fixed run).
-    - `last_step`: `Int[Array, "F W"]`, per world the index of the last step whose output
-      differs between the failed and the fully fixed run, -1 if none (the naive baseline).
-    - `score_range`: the declared (low, high) of the score.
-    - `method`: the path that computed it: `"structured"` (the multilinear extension of a
-      tabulated pipeline) or `"enumerate"` (every coalition).
-    """
-
-    steps: tuple[str, ...] = eqx.field(static=True)
-    shapley: Float[Array, "F n"]
-    banzhaf: Float[Array, "F n"]
-    fix_alone: Float[Array, "F n"]
-    leave_one_out: Float[Array, "F n"]
-    interactions: Float[Array, "F n n"] | None
-    empty: Float[Array, " F"]
-    full: Float[Array, " F"]
-    last_step: Int[Array, "F W"]
-    score_range: tuple[float, float] = eqx.field(static=True)
-    method: str = eqx.field(static=True, default="enumerate")
-
-    @property
-    def total(self) -> Float[Array, " F"]:
-        """The total repair `v(all) - v(empty)` per failure (the Shapley values sum to it)."""
-        return self.full - self.empty
-
-    @property
-    def num_failures(self) -> int:
-        """F, the number of failures blamed."""
-        return int(self.shapley.shape[0])
-
-    def table(self, failure: int = 0, digits: int = 4) -> str:
-        """A plain-text table of every rule side by side for one failure."""
-        if not 0 <= failure < self.num_failures:
-            raise ValueError(f"`failure` must be in [0, {self.num_failures}), got {failure}")
-        last = np.asarray(self.last_step[failure])
-        share = [np.mean(last == i) for i in range(len(self.steps))]  # over worlds
-        lines = step_rows(
-            self.steps,
-            [
-                ("shapley", 9, number(self.shapley[failure], digits)),
-                ("banzhaf", 9, number(self.banzhaf[failure], digits)),
-                ("fix-alone", 9, number(self.fix_alone[failure], digits)),
-                ("leave-1-out", 11, number(self.leave_one_out[failure], digits)),
-                ("last-step", 9, number(share, 2)),
-            ],
-        )
-        lines.append(
-            f"v(empty) = {float(self.empty[failure]):.{digits}f}, v(all) = "
-            f"{float(self.full[failure]):.{digits}f}, total repair = {float(self.total[failure]):.{digits}f}"
-        )
-        lines.append(
-            "exact by structure (the game's multilinear extension, blamejax.structured)"
-            if self.method == "structured"
-            else f"exact by enumeration (all 2^{len(self.steps)} coalitions)"
-        )
-        return "\n".join(lines)
 
 
 def _bucket(count: int, chunk: int) -> int:
@@ -356,21 +284,6 @@ def _non_finite(cases):
         if jnp.issubdtype(x.dtype, jnp.floating)
     ]
     return jnp.any(jnp.stack(flags)) if flags else jnp.asarray(False)
-
-
-def on_device(x):
-    """`jnp.asarray(x)` for one leaf of the cases, without compiling anything: a NumPy array is
-    transferred with `jax.device_put` (the same dtype and values; `jnp.asarray` compiles a small
-    program per shape to do it), a `jax.Array` is left as it is."""
-    if isinstance(x, jax.Array):
-        return x
-    return jax.device_put(x) if isinstance(x, np.ndarray) else jnp.asarray(x)
-
-
-@jax.jit
-def take_rows(tree, index):
-    """Rows `index` of every leaf (on the device): one chunk of failures, padded."""
-    return jax.tree_util.tree_map(lambda x: x[index], tree)
 
 
 @functools.partial(jax.jit, static_argnums=(1,))

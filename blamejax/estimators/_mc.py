@@ -1,17 +1,5 @@
-"""Monte Carlo Shapley values: random orders of the steps, for one failure and for many.
-
-One **sample** is one random order of the n steps (or, with `antithetic=True`, an order and
-its reverse, averaged: the pair is then the unit every bound counts). Fixing the steps one at
-a time in that order scores the n + 1 prefixes of the order; the differences of consecutive
-prefixes give one marginal contribution per step, and they telescope to `v(all) - v(empty)`,
-so every estimate adds up exactly. The empty and the full coalition are the same for every
-order: they are scored once per failure, and each order costs the n - 1 prefixes in between.
-
-**Worlds.** With W worlds per failure, every order is scored in all W worlds (with the same
-noise across the order's prefixes: common random numbers) and a coalition's value is their
-mean, as in `exact_blame`. So the estimates target exactly the values `exact_blame` computes,
-add up to its `v(all) - v(empty)`, and a marginal still lies in an interval of width
-`2 (s_max - s_min)`.
+"""Monte Carlo Shapley values of many failures, each with intervals valid at every
+checkpoint and stopping on its own (`mc_shapley`).
 
 **Budget.** Counted in coalition evaluations (one pipeline run of one coalition in one
 world): `2 W` for the empty and full coalitions, then `W (n - 1)` per order (`2 W (n - 1)`
@@ -21,28 +9,13 @@ coalition, which runs faster; that padding, like idle lanes and, for n > 9, the 
 the block that scores the empty and full coalition in every lane, counts in
 `MCResult.evaluations_computed` only.)
 
-**Scoring an order.** Its interior prefixes are scored block by block in a loop
-(`scored_prefixes`): the compiled program holds one batched pipeline, one block of
-coalitions for every lane, whatever n is, and what it keeps alive is one block's work, so
-compile time and memory grow with the pipeline (linearly in n), not with the number of
-prefixes times n. When an order takes more than one block (n > 9), the empty and the full
-coalition are scored by the same loop, in a first iteration of one block
-(`_ends_in_loop`), so the pipeline is traced once, not twice: half the program to compile.
-Compile time then grows with the number of steps: XLA compiles a few kernels per step
-(the choice's gather, its table's argmax, the check for a row with no valid option), each
-on its own.
-
-**The driver** (`mc_shapley`) is a host loop over checkpoints fixed in advance
+**The driver** is a host loop over checkpoints fixed in advance
 (`blamejax.stats.checkpoints`), written as `_mc_init` / `_mc_step` / `_mc_finish` over an
-`MCState`. At each checkpoint one compiled call per group of at most `chunk_size` failures
-(`_advance_function`) advances the still-active failures: wall time follows the work left,
-a failure that has stopped spends nothing more, and the same compiled function serves every
-checkpoint. A vmapped `while_loop` would instead run every failure until the slowest had
-converged.
-
-The module reads top to bottom: the estimator for one failure (pure functions), the
-compiled inner loop, the driver, the result types, and the exact sampling variance of the
-estimator (`sampling_variance`).
+`MCState`. At each checkpoint one compiled call per group of at most `block_size` failures
+(`blamejax.estimators._advance`) advances the still-active failures: wall time follows the
+work left, and a failure that has stopped spends nothing more. The estimator for one
+failure is in `_permutation.py`, the blocks of an order's prefixes in `_prefixes.py`, the
+result types in `_results.py`.
 """
 
 from __future__ import annotations
@@ -50,24 +23,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-import equinox as eqx
 import jax
-import jax.extend.random as jax_random_ext
 import jax.numpy as jnp
-import jax.random as jr
 import numpy as np
-from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, UInt32
+from jaxtyping import PRNGKeyArray
 
 from .._checks import as_key, check_scores_in_range, check_worlds, leading_size, warn_not_failures
-from .._compile import compiled, note_trace
 from .._game import Game, make_game
-from ..coalitions import mask_values
-from ..pipeline import Hard, Structure, World, check_finite_logits, world_noise
-from ..report import (
-    JSONExport,
-    number,
-    step_rows,
-)
+from ..pipeline import Hard, World, check_finite_logits
 from ..stats import (
     RULES,
     checkpoint_delta,
@@ -77,495 +40,14 @@ from ..stats import (
     top1_separated,
     widths_below,
 )
+from ._advance import advance_function, lanes_per_iteration, slots_per_call
 from ._checkpoint import defers_interrupts, interrupt_notice, interrupted
-from ._devices import failure_sharding, num_shards, slot_layout, split_over_devices
-from ._exact import explain_nan, take_rows
-
-_PERM_TAG = 0x5045524D  # "PERM": keeps the order stream apart from the noise streams
-
-
-# --------------------------------------------------------------------------------------
-# The estimator for one failure: pure functions.
-# --------------------------------------------------------------------------------------
-
-
-# Pipelines with at least this many draw sites defer their tabulated draws (`Context`: one
-# argmax over all the tables and one scan over the chain of gathers). The compiled program then
-# stays about the same size whatever the length of the pipeline; below it, draws made one by
-# one compile in a few seconds too and evaluate about 1.4x faster
-# (`python benchmarks/bench_mc.py --chain-compare`). Read while tracing: `clear_caches()`
-# after changing it.
-_DEFER_FROM = 32
-
-
-def _scorer(pipeline, structure, case, worlds, noises, players, fixes, mode, rebuild=None):
-    """`masks [M, n] -> (mean over worlds [M], min score, max score)` for one failure.
-    `rebuild`: if given, the case is `rebuild(case)` (`_take_slots`), cut apart where it is
-    used."""
-    defer = len(structure.sites) >= _DEFER_FROM
-
-    def score(masks):
-        whole = case if rebuild is None else rebuild(case)
-        per_world = jax.vmap(
-            lambda world, noise: mask_values(
-                pipeline, structure, whole, world, players, fixes, masks, mode, noise, defer=defer
-            )
-        )(worlds, noises)  # [W, M]
-        return per_world.mean(axis=0), per_world.min(), per_world.max()
-
-    return score
-
-
-def order_seed(key: PRNGKeyArray) -> UInt32[Array, " 2"]:
-    """The two words that address the random orders drawn with `key`."""
-    tagged = jr.fold_in(key, _PERM_TAG)
-    data = jr.key_data(tagged)
-    if data.shape == (2,) and data.dtype == jnp.uint32:
-        return data
-    return jr.bits(tagged, (2,), jnp.uint32)
-
-
-def _ranks(seed: UInt32[Array, " 2"], units: Int[Array, " B"], n: int) -> Int[Array, "B n"]:
-    """`rank[b, j]`: the position of step j in the order of sample `units[b]`.
-
-    The order of sample p ranks n Threefry-2x32 words drawn at counters `p n + j` under
-    `seed` (a counter-based generator: one hash per word, nothing carried between samples),
-    so it depends only on (seed, p), never on how samples are batched. Ties between two
-    32-bit words (probability below n^2 / 2^33) are broken by step index. Counters wrap
-    after 2^32 / n samples per failure."""
-
-    def one(p):
-        counter = (p.astype(jnp.uint32) * jnp.uint32(n)) + jnp.arange(n, dtype=jnp.uint32)
-        words = jax_random_ext.threefry_2x32(seed, counter)
-        # rank_j = #{k : (w_k, k) < (w_j, j)}: n^2 comparisons, much cheaper than sorting
-        # on a CPU for the n of a pipeline.
-        index = jnp.arange(n)
-        before = (words[None, :] < words[:, None]) | (
-            (words[None, :] == words[:, None]) & (index[None, :] < index[:, None])
-        )
-        return before.sum(axis=1, dtype=jnp.int32)
-
-    return jax.vmap(one)(units)
-
-
-_PREFIX_BLOCK = 8  # prefixes of an order scored together, one block per scan iteration
-
-
-def _prefix_blocks(n: int) -> tuple[int, int]:
-    """`(number of blocks, prefixes per block)` of an order's n - 1 interior prefixes: one
-    block when n - 1 <= 8 (padded to 8 when that adds at most one prefix for every 7),
-    otherwise ceil((n - 1) / 8) blocks of at most 8, as even as can be (padding: less than
-    one prefix per block)."""
-    interior = n - 1
-    if interior <= _PREFIX_BLOCK:
-        padded = 7 * (_PREFIX_BLOCK - interior) <= interior
-        return 1, _PREFIX_BLOCK if padded else interior
-    num_blocks = -(-interior // _PREFIX_BLOCK)
-    return num_blocks, -(-interior // num_blocks)
-
-
-def scored_prefixes(n: int) -> int:
-    """How many prefixes of each order are scored: the n - 1 interior ones (the empty and
-    full coalition are scored once per failure), padded with copies of the full coalition
-    to fill blocks of at most 8 (at most one padding prefix for every 7 interior ones:
-    n = 4, 8, 12, 16, 20, 32, 256 score 3, 8, 12, 16, 21, 32, 256).
-
-    An order's prefixes are scored block by block in a `lax.scan`, so the compiled program
-    and the memory it needs do not grow with the number of prefixes, only with the
-    pipeline; within a block the coalitions are batched, and with 8 of them the compiled
-    pipeline vectorises over them (`python benchmarks/bench_mc.py --breakdown` times the
-    same call with all n - 1 prefixes in one unpadded block). The padding's scores are not
-    used: it counts in `MCResult.evaluations_computed`, never in a failure's budget."""
-    num_blocks, block = _prefix_blocks(n)
-    return num_blocks * block
-
-
-def _block_sizes(n: int) -> np.ndarray:
-    """`[blocks, block]`: the prefix sizes scored in each block (`_prefix_blocks`); the
-    padding is the full coalition (size n)."""
-    num_blocks, block = _prefix_blocks(n)
-    sizes = np.minimum(np.arange(1, num_blocks * block + 1, dtype=np.int32), n)
-    return sizes.reshape(num_blocks, block)
-
-
-def _ends_sizes(n: int) -> np.ndarray:
-    """`_block_sizes(n)` for the iteration that scores the empty and the full coalition: the
-    first block's first two prefixes have sizes 0 and n (the rest is padding, size n)."""
-    sizes = np.full_like(_block_sizes(n), n)
-    sizes[0, 0] = 0
-    return sizes
-
-
-def _prefix_values(score, ranks):
-    """`[U, n - 1]`: the mean score over worlds of the interior prefixes of U orders
-    (prefix k fixes the steps of rank < k), scored block by block (`_prefix_blocks`), and
-    the min and max score seen (padding included)."""
-    units, n = ranks.shape
-    sizes = jnp.asarray(_block_sizes(n))
-    num_blocks, block = sizes.shape
-
-    def one_block(sizes_b):
-        masks = ranks[:, None, :] < sizes_b[None, :, None]  # [U, block, n]
-        values, low, high = score(masks.reshape(-1, n))
-        return values.reshape(units, block), low, high
-
-    if num_blocks == 1:
-        values, low, high = one_block(sizes[0])
-        return values[:, : n - 1], low, high
-
-    def body(carry, sizes_b):
-        values, low, high = one_block(sizes_b)
-        return (jnp.minimum(carry[0], low), jnp.maximum(carry[1], high)), values
-
-    dtype = jnp.result_type(float)
-    init = (jnp.asarray(jnp.inf, dtype), jnp.asarray(-jnp.inf, dtype))
-    (low, high), values = jax.lax.scan(body, init, sizes)  # values [blocks, U, block]
-    values = jnp.moveaxis(values, 0, 1).reshape(units, num_blocks * block)
-    return values[:, : n - 1], low, high
-
-
-def _counted_prefix_values(score, ranks, sizes, count):
-    """`_prefix_values` with the block sizes given (`[blocks, block]`, traced) and only the
-    first `count` blocks scored (a traced count; the others' values are left at 0): a loop
-    whose length is data, so that the same traced pipeline also scores the empty and the
-    full coalition (`_ends_sizes`, one block). Returns the values of every scored prefix,
-    padding included (`[U, blocks * block]`), and the min and max score seen."""
-    units, n = ranks.shape
-    num_blocks, block = sizes.shape
-    dtype = jnp.result_type(float)
-
-    def body(b, carry):
-        values, low, high = carry
-        masks = ranks[:, None, :] < sizes[b][None, :, None]  # [U, block, n]
-        scored, lo, hi = score(masks.reshape(-1, n))
-        values = jax.lax.dynamic_update_index_in_dim(
-            values, scored.reshape(units, block).astype(dtype), b, axis=0
-        )
-        return values, jnp.minimum(low, lo), jnp.maximum(high, hi)
-
-    init = (
-        jnp.zeros((num_blocks, units, block), dtype),
-        jnp.asarray(jnp.inf, dtype),
-        jnp.asarray(-jnp.inf, dtype),
-    )
-    values, low, high = jax.lax.fori_loop(0, count, body, init)
-    return jnp.moveaxis(values, 0, 1).reshape(units, num_blocks * block), low, high
-
-
-def _samples(score, ranks, empty, full, antithetic: bool, counted=None):
-    """One marginal vector per sample: `[B, n]` (the pair mean when antithetic), and the
-    min and max score seen. With `counted = (sizes, count)` the prefixes are scored by
-    `_counted_prefix_values` and the values of the first two prefixes of the first order
-    are returned too (the empty and full coalition when `sizes` is `_ends_sizes`)."""
-    num, n = ranks.shape
-    if antithetic:
-        ranks = jnp.concatenate([ranks, (n - 1) - ranks], axis=0)
-    if counted is None:
-        values, low, high = _prefix_values(score, ranks)
-    else:
-        scored, low, high = _counted_prefix_values(score, ranks, *counted)
-        values = scored[:, : n - 1]
-    dtype = values.dtype
-    column = jnp.ones((ranks.shape[0], 1), dtype)
-    prefix = jnp.concatenate(
-        [empty.astype(dtype) * column, values, full.astype(dtype) * column], axis=1
-    )
-    after = jnp.take_along_axis(prefix, ranks + 1, axis=1)
-    before = jnp.take_along_axis(prefix, ranks, axis=1)
-    marginals = after - before  # [U B, n]
-    if antithetic:
-        marginals = 0.5 * (marginals[:num] + marginals[num:])
-    if counted is None:
-        return marginals, low, high
-    return marginals, low, high, scored[0, :2]
-
-
-def _ends(score, n: int):
-    """v(empty) and v(all), mean over worlds, and the min and max score seen."""
-    masks = jnp.stack([jnp.zeros((n,), bool), jnp.ones((n,), bool)])
-    values, low, high = score(masks)
-    return values[0], values[1], low, high
-
-
-class MCEstimate(NamedTuple):
-    """A fixed-budget Monte Carlo estimate for one failure.
-
-    - `values`: `Float[Array, "n"]`, the mean marginal contribution of each step (sums to
-      `v(all) - v(empty)` up to float rounding).
-    - `variance`: `Float[Array, "n"]`, the sample variance of one sample (t - 1 denominator).
-    - `low`, `high`: `Float[Array, ""]`, the lowest and highest score of any coalition
-      scored (NaN if any score was NaN): checked against the declared score range.
-    """
-
-    values: Float[Array, " n"]
-    variance: Float[Array, " n"]
-    low: Float[Array, ""] | None = None  # the lowest score of any coalition scored
-    high: Float[Array, ""] | None = None  # the highest
-
-
-def mc_shapley_fixed(
-    pipeline: Callable,
-    structure: Structure,
-    case,
-    worlds: World,
-    key: PRNGKeyArray,
-    num_samples: int,
-    players: Sequence[int],
-    fix_variants: Sequence[int],
-    *,
-    antithetic: bool = False,
-    mode=Hard(),
-) -> MCEstimate:
-    """Permutation-sampling Shapley values of one failure with a fixed number of samples:
-    a pure function (a `lax.scan` over samples, no data-dependent stopping), so it can be
-    jitted, vmapped over failures and differentiated (e.g. with respect to the logits in
-    `Relaxed` mode).
-
-    Sample p uses the order addressed by `(key, p)`, exactly as failure f of `mc_shapley`
-    does with `key = jax.random.fold_in(root_key, f)`; the two agree up to float rounding.
-
-    **Arguments:**
-    - `pipeline`, `structure`: the pipeline and its `discover`ed structure.
-    - `case`: one case (no failure axis).
-    - `worlds`: a `World` whose key has shape `[W]` (this failure's worlds).
-    - `key`: a typed key for the orders.
-    - `num_samples`: t, the number of orders (antithetic pairs when `antithetic`), >= 2.
-    - `players`, `fix_variants`: the steps to blame (indices) and their fix variants
-      (see `blamejax.resolve_players`).
-    - `antithetic`: sample each order together with its reverse.
-    - `mode`: `Hard()` or `Relaxed(tau)`.
-
-    **Returns:** an `MCEstimate`. It costs `2 W + t W (n - 1)` evaluations (twice the
-    last term when antithetic), counted as `mc_shapley` counts its budget; the compiled
-    code scores `scored_prefixes(n)` prefixes per order, padding included.
-    """
-    players = tuple(int(p) for p in players)
-    fix_variants = tuple(int(f) for f in fix_variants)
-    n = len(players)
-    if n < 2:
-        raise ValueError(f"Monte Carlo Shapley needs at least 2 steps, got {n}; use exact_blame")
-    if not isinstance(num_samples, (int, np.integer)) or num_samples < 2:
-        raise ValueError(f"`num_samples` must be an int >= 2, got {num_samples!r}")
-    if worlds.key.ndim != 1:
-        raise ValueError(f"`worlds.key` must have shape [W] (one failure), got {worlds.key.shape}")
-    noises = jax.vmap(lambda w: world_noise(structure, w))(worlds)
-    score = _scorer(pipeline, structure, case, worlds, noises, players, fix_variants, mode)
-    empty, full, end_low, end_high = _ends(score, n)
-    seed = order_seed(key)
-
-    def body(carry, p):
-        low, high = carry
-        ranks = _ranks(seed, p[None], n)
-        marginals, lo, hi = _samples(score, ranks, empty, full, antithetic)
-        return (jnp.minimum(low, lo), jnp.maximum(high, hi)), marginals[0]
-
-    (low, high), xs = jax.lax.scan(
-        body, (end_low, end_high), jnp.arange(int(num_samples), dtype=jnp.int32)
-    )
-    return MCEstimate(values=xs.mean(axis=0), variance=xs.var(axis=0, ddof=1), low=low, high=high)
-
-
-# --------------------------------------------------------------------------------------
-# The compiled inner loop: advance a group of failures by some samples.
-#
-# S failure *slots* (a power of two, static for a whole run) hold the still-active failures,
-# packed into the first slots; a `lax.fori_loop` runs a fixed number of sample lanes per
-# iteration, shared out among the active failures. When some stop, the others get more lanes
-# each and the loop needs fewer iterations; the same compiled function serves every checkpoint.
-# --------------------------------------------------------------------------------------
-
-
-def _ends_in_loop(n: int) -> bool:
-    """Whether `mc_shapley` scores the empty and the full coalition inside its loop, as the
-    first iteration of each run (one block of prefixes per lane, `scored_prefixes(n) //
-    blocks` evaluations per lane and world), rather than in a separate batch of two per
-    failure slot: when an order's prefixes take more than one block (n > 9)."""
-    return _prefix_blocks(n)[0] > 1
-
-
-_TARGET_LANES = 16384  # coalition evaluations per loop iteration (all lanes together)
-_MIN_SLOTS = 32  # failure slots of the smallest compiled call
-
-
-def _kahan(total, compensation, x):
-    """Compensated summation, so that long float32 sums keep their precision."""
-    y = x - compensation
-    new = total + y
-    return new, (new - total) - y
-
-
-def _take_slots(tree, slot):
-    """`tree_map(lambda x: x[slot], tree)` with one gather per dtype, as `(parts, rebuild)`:
-    the leaves of a dtype are laid side by side and gathered together (`parts`, one array per
-    dtype), and `rebuild(parts)` cuts them apart again. Cutting where the leaves are used
-    (inside the sampling loop) lets XLA fuse each cut into its use: a case of n tables then
-    costs one gather in the compiled program, not n."""
-    leaves, treedef = jax.tree_util.tree_flatten(tree)
-    groups: dict = {}
-    for i, leaf in enumerate(leaves):
-        groups.setdefault(leaf.dtype, []).append(i)
-    groups = list(groups.values())
-    num_slots = leaves[0].shape[0] if leaves else 0
-    parts = [
-        jnp.concatenate(
-            [leaves[i].reshape(num_slots, int(np.prod(leaves[i].shape[1:]))) for i in members],
-            axis=1,
-        )[slot]
-        if len(members) > 1
-        else leaves[members[0]][slot]
-        for members in groups
-    ]
-
-    def rebuild(parts):
-        out = [None] * len(leaves)
-        for members, part in zip(groups, parts):
-            if len(members) == 1:
-                out[members[0]] = part
-                continue
-            start = 0
-            for i in members:
-                shape = leaves[i].shape[1:]
-                size = int(np.prod(shape))
-                out[i] = part[..., start : start + size].reshape(part.shape[:-1] + shape)
-                start += size
-        return treedef.unflatten(out)
-
-    return parts, rebuild
-
-
-@compiled("mc.advance")
-def _advance_function(game: Game, antithetic: bool, lanes: int):
-    """The compiled function that advances a group of failures by some samples (cached per
-    pipeline and settings; traced once per number of failure slots).
-
-    It takes S failure *slots* (a static size, the same for a whole run) and runs `lanes`
-    samples per loop iteration, spread over the first `num_active` slots: slot
-    `l % num_active` gets lane l, so each active failure gets `lanes // num_active` samples
-    per iteration. As failures stop, the survivors get more lanes each and the loop needs
-    fewer iterations: one compiled function serves every number of active failures, and the
-    loop runs as long as the samples need, not longer. On the first call (`t_start == 0`)
-    it also scores the empty and the full coalition of every slot: in a first iteration of
-    the loop (iteration -1, one block of prefixes per lane) when `_ends_in_loop(n)`,
-    otherwise in a separate batch of two coalitions per slot.
-    """
-    pipeline, structure, players, fixes, mode, _ = game
-    n = len(players)
-    # With more than one block of prefixes per order (n > 9) the empty and the full
-    # coalition are scored by the loop itself, in a first iteration of one block
-    # (`_ends_sizes`): the compiled program then holds one traced copy of the pipeline, not
-    # two, which halves its compile time. With one block, a separate batch of two
-    # coalitions per slot costs less than that iteration would.
-    in_loop = _ends_in_loop(n)
-    sizes = jnp.asarray(_block_sizes(n))
-    ends_sizes = jnp.asarray(_ends_sizes(n))
-
-    def advance(cases, worlds, ids, key, empty, full, shift, num_active, t_start, t_end):
-        note_trace("mc.advance")
-        num_slots = empty.shape[0]
-        # Every world's addressed noise, and the order seeds of failures `ids`: computed in
-        # each call (a few hashes per slot), so nothing but the sums goes back and forth.
-        noises = jax.vmap(jax.vmap(lambda w: world_noise(structure, w)))(worlds)
-        seeds = jax.vmap(lambda f: order_seed(jr.fold_in(key, f)))(ids)
-        inf = jnp.full((num_slots,), jnp.inf, empty.dtype)
-
-        def score_ends(_):
-            def one(case, world, noise):
-                return _ends(
-                    _scorer(pipeline, structure, case, world, noise, players, fixes, mode), n
-                )
-
-            return jax.vmap(one)(cases, worlds, noises)
-
-        def given_ends(_):
-            return empty, full, inf, -inf
-
-        if in_loop:
-            end_low, end_high = inf, -inf
-            first = jnp.where(t_start == 0, -1, 0)  # iteration -1 scores the ends
-        else:
-            empty, full, end_low, end_high = jax.lax.cond(
-                t_start == 0, score_ends, given_ends, None
-            )
-            first = jnp.int32(0)
-        if lanes < num_slots:  # every slot needs a lane for its ends
-            raise ValueError(f"{lanes} lanes cannot serve {num_slots} failure slots")
-        lane = jnp.arange(lanes, dtype=jnp.int32)
-        slot = lane % num_active
-        per_slot = lanes // num_active
-        offset = lane // num_active  # the lane's sample within its slot's share
-        used = offset < per_slot
-        num_iterations = (t_end - t_start + per_slot - 1) // per_slot
-        lane_cases, case_of = _take_slots(cases, slot)
-        lane_worlds = jax.tree_util.tree_map(lambda x: x[slot], worlds)
-        lane_args = (lane_cases, lane_worlds, noises[slot], seeds[slot])
-
-        def per_lane(case, world, noise, seed, empty_f, full_f, unit, counted):
-            score = _scorer(pipeline, structure, case, world, noise, players, fixes, mode, case_of)
-            ranks = _ranks(seed, unit[None], n)
-            if counted is None:
-                x, low, high = _samples(score, ranks, empty_f, full_f, antithetic)
-                return x[0], low, high, jnp.zeros((2,), x.dtype)
-            x, low, high, ends = _samples(score, ranks, empty_f, full_f, antithetic, counted)
-            return x[0], low, high, ends
-
-        def body(i, carry):
-            s1, c1, s2, c2, low, high, empty, full = carry
-            scoring_ends = i < 0
-            unit = t_start + jnp.maximum(i, 0) * per_slot + offset
-            valid = (used & (unit < t_end) & ~scoring_ends)[:, None]
-            counted = None
-            if in_loop:
-                counted = (
-                    jnp.where(scoring_ends, ends_sizes, sizes),
-                    jnp.where(scoring_ends, 1, sizes.shape[0]),
-                )
-            x, lo, hi, ends = jax.vmap(per_lane, in_axes=(0,) * 7 + (None,))(
-                *lane_args, empty[slot], full[slot], unit, counted
-            )  # x: [lanes, n]
-            # Lane l < num_active is slot l's first lane (the slots after those are
-            # padding, whose ends are never read).
-            empty = jnp.where(scoring_ends, ends[:num_slots, 0], empty)
-            full = jnp.where(scoring_ends, ends[:num_slots, 1], full)
-            zero = jnp.zeros((), x.dtype)
-            sums = jax.ops.segment_sum(jnp.where(valid, x, zero), slot, num_segments=num_slots)
-            centred = x - shift[slot].astype(x.dtype)
-            squares = jnp.where(valid, centred * centred, zero)
-            squares = jax.ops.segment_sum(squares, slot, num_segments=num_slots)
-            s1, c1 = _kahan(s1, c1, sums)
-            s2, c2 = _kahan(s2, c2, squares)
-            low, high = jnp.minimum(low, lo.min()), jnp.maximum(high, hi.max())
-            return s1, c1, s2, c2, low, high, empty, full
-
-        zeros = jnp.zeros((num_slots, n), empty.dtype)
-        init = (zeros, zeros, zeros, zeros, end_low.min(), end_high.max(), empty, full)
-        s1, _, s2, _, low, high, empty, full = jax.lax.fori_loop(first, num_iterations, body, init)
-        return s1, s2, low, high, num_iterations, empty, full
-
-    return jax.jit(advance)
-
-
-def _num_slots(num_failures: int, chunk_size: int) -> int:
-    """Failure slots per compiled call: the smallest power of two >= F and >= `_MIN_SLOTS`,
-    capped at the chunk size. Fixed for a whole run, so the run compiles once; and batches of
-    up to `_MIN_SLOTS` failures share one compiled function. Unused slots cost almost
-    nothing: lanes go to active failures only."""
-    return min(chunk_size, max(_MIN_SLOTS, 1 << max(0, (num_failures - 1).bit_length())))
-
-
-def _num_lanes(num_slots: int, unit_cost: int, lanes: int | None) -> int:
-    """Samples per loop iteration: about `_TARGET_LANES` evaluations per batch of
-    coalitions scored together (so a few failures are not dominated by loop overhead), a
-    power of two, at least the slots. `unit_cost`: the evaluations of one sample in one
-    batch, i.e. in one block of its prefixes (`_prefix_blocks`)."""
-    if lanes is None:
-        lanes = max(1, _TARGET_LANES // unit_cost)
-        lanes = 1 << (lanes.bit_length() - 1)
-    return max(lanes, num_slots)
-
-
-# --------------------------------------------------------------------------------------
-# The driver: init / step (one checkpoint) / finish over a state of host arrays.
-# --------------------------------------------------------------------------------------
+from ._devices import failure_sharding, num_shards, slot_layout, split_over_devices, take_rows
+from ._exact import explain_nan
+from ._prefixes import ends_in_loop, prefix_blocks, scored_prefixes
+from ._results import MCHistory, MCResult
+
+RADII = ("bernstein", "hoeffding", "normal")
 
 
 class MCSettings(NamedTuple):
@@ -721,7 +203,7 @@ def mc_shapley(
     - `t1`, `gamma`: the checkpoint schedule (`t1 >= 2`, `gamma > 1`).
     - `antithetic`: sample each order with its reverse; the pair mean is one sample. It
       helps when an order's and its reverse's marginals are negatively correlated and can
-      double the variance per evaluation otherwise (see `sampling_variance`).
+      double the variance per evaluation otherwise (see `blamejax.reduction.sampling_variance`).
     - `mode`: `Hard()` or `Relaxed(tau)`.
     - `chunk_size`: the most failures per compiled call (a power of two); more failures
       are processed in several calls of the same compiled function.
@@ -771,7 +253,7 @@ def mc_shapley(
     if sharding is not None:  # each device: its share of the failures and of the lanes
         width = num_shards(sharding)
         settings = settings._replace(devices=width, num_lanes=-(-settings.num_lanes // width))
-    advance = _advance_function(game, settings.antithetic, settings.num_lanes)
+    advance = advance_function(game, settings.antithetic, settings.num_lanes)
     if sharding is not None:
         advance = split_over_devices(
             advance,
@@ -863,7 +345,7 @@ def _mc_settings(
         )
     schedule = checkpoints(t1, gamma, budget) if names else (budget,)
     low, high = game.score_range
-    num_slots = _num_slots(num_failures, chunk_size)
+    num_slots = slots_per_call(num_failures, chunk_size)
     return MCSettings(
         game=game,
         key=key,
@@ -879,7 +361,7 @@ def _mc_settings(
         unit_computed=unit_computed,
         fixed_cost=fixed_cost,
         num_slots=num_slots,
-        num_lanes=_num_lanes(num_slots, unit_computed // _prefix_blocks(n)[0], lanes),
+        num_lanes=lanes_per_iteration(num_slots, unit_computed // prefix_blocks(n)[0], lanes),
         history=bool(history),
     )
 
@@ -1019,10 +501,10 @@ def _mc_step(
 
 def _ends_computed(settings: MCSettings, num_slots: int) -> int:
     """The evaluations a first call runs to score the empty and the full coalition: one
-    block of prefixes in every lane of every device (`_ends_in_loop`), or 2 W per slot."""
+    block of prefixes in every lane of every device (`ends_in_loop`), or 2 W per slot."""
     n = settings.game.num_players
-    if _ends_in_loop(n):
-        per_lane = settings.unit_computed // _prefix_blocks(n)[0]
+    if ends_in_loop(n):
+        per_lane = settings.unit_computed // prefix_blocks(n)[0]
         return settings.devices * settings.num_lanes * per_lane
     return num_slots * settings.fixed_cost
 
@@ -1072,193 +554,3 @@ def _mc_finish(settings: MCSettings, state: MCState) -> MCResult:
         score_range=settings.game.score_range,
         evaluations_computed=int(state.computed),
     )
-
-
-# --------------------------------------------------------------------------------------
-# The result.
-# --------------------------------------------------------------------------------------
-
-RADII = ("bernstein", "hoeffding", "normal")
-RULE_NAMES = ("budget",) + RULES
-
-
-class MCHistory(eqx.Module):
-    """What each failure's estimate and intervals were at every checkpoint (NaN once the
-    failure had stopped).
-
-    - `t`: `Int[Array, "K"]`, the sample count of each checkpoint.
-    - `values`, `variance`, `lower`, `upper`: `Float[Array, "F K n"]`.
-    """
-
-    t: Int[Array, " K"]
-    values: Float[Array, "F K n"]
-    variance: Float[Array, "F K n"]
-    lower: Float[Array, "F K n"]
-    upper: Float[Array, "F K n"]
-
-
-class MCResult(JSONExport, eqx.Module):
-    """Monte Carlo Shapley values of F failures over the n steps in `steps`. Its arrays
-    are host NumPy arrays (the statistics in float64).
-
-    - `steps`: the step names (static), the order of every `n` axis.
-    - `values`: `Float[Array, "F n"]`, the estimates (they add up to `full - empty`).
-    - `lower`, `upper`: `Float[Array, "F n"]`, the intervals at the checkpoint where the
-      failure stopped. With `radius="bernstein"` or `"hoeffding"`, with probability at least
-      1 - delta *per failure*, every interval of that failure at every checkpoint contains
-      the exact value; `"normal"` intervals have no such guarantee (asymptotic only).
-    - `variance`: `Float[Array, "F n"]`, the sample variance of one sample.
-    - `empty`, `full`: `Float[Array, "F"]`, v(empty) and v(all) (mean over worlds).
-    - `num_samples`: `Int[Array, "F"]`, the samples t used (orders, or antithetic pairs).
-    - `evaluations`: `Int[Array, "F"]`, the coalition evaluations spent on the failure.
-    - `converged`: `Bool[Array, "F"]`, a requested stopping rule held (not just the budget).
-    - `rule`: `Int[Array, "F"]`, which rule stopped the failure, an index into `rule_names`.
-    - `checkpoint`: `Int[Array, "F"]`, the 1-based checkpoint at which it stopped.
-    - `history`: an `MCHistory`, or `None` unless requested.
-    - static settings: `antithetic`, `radius`, `delta`, `epsilon`, `stop`, `score_range`,
-      `rule_names`, `evaluations_computed` (every evaluation the compiled calls ran,
-      including idle lanes, padding slots and the padding of each order's prefixes
-      (`blamejax.scored_prefixes`), which no failure is charged for).
-    """
-
-    steps: tuple[str, ...] = eqx.field(static=True)
-    values: Float[Array, "F n"]
-    lower: Float[Array, "F n"]
-    upper: Float[Array, "F n"]
-    variance: Float[Array, "F n"]
-    empty: Float[Array, " F"]
-    full: Float[Array, " F"]
-    num_samples: Int[Array, " F"]
-    evaluations: Int[Array, " F"]
-    converged: Bool[Array, " F"]
-    rule: Int[Array, " F"]
-    checkpoint: Int[Array, " F"]
-    history: MCHistory | None
-    antithetic: bool = eqx.field(static=True)
-    radius: str = eqx.field(static=True)
-    delta: float = eqx.field(static=True)
-    epsilon: float = eqx.field(static=True)
-    stop: tuple[str, ...] = eqx.field(static=True)
-    score_range: tuple[float, float] = eqx.field(static=True)
-    evaluations_computed: int = eqx.field(static=True)
-    rule_names: tuple[str, ...] = eqx.field(static=True, default=RULE_NAMES)
-
-    @property
-    def num_failures(self) -> int:
-        """F, the number of failures estimated."""
-        return int(self.values.shape[0])
-
-    @property
-    def total(self) -> Float[Array, " F"]:
-        """The total repair `v(all) - v(empty)` per failure (the estimates sum to it)."""
-        return self.full - self.empty
-
-    @property
-    def num_permutations(self) -> Int[Array, " F"]:
-        """Orders evaluated per failure (twice `num_samples` when antithetic)."""
-        return self.num_samples * (2 if self.antithetic else 1)
-
-    @property
-    def rule_fired(self) -> list[str]:
-        """The name of the rule that stopped each failure."""
-        return [self.rule_names[int(r)] for r in np.asarray(self.rule)]
-
-    @classmethod
-    def _nested(cls) -> dict:
-        return {"history": MCHistory}
-
-    def table(self, failure: int = 0, digits: int = 4) -> str:
-        """A plain-text table of one failure's estimates and intervals."""
-        if not 0 <= failure < self.num_failures:
-            raise ValueError(f"`failure` must be in [0, {self.num_failures}), got {failure}")
-        lines = step_rows(
-            self.steps,
-            [
-                ("estimate", 9, number(self.values[failure], digits)),
-                ("lower", 9, number(self.lower[failure], digits)),
-                ("upper", 9, number(self.upper[failure], digits)),
-            ],
-        )
-        unit = "antithetic pairs" if self.antithetic else "orders"
-        level = (
-            "asymptotic, no finite-sample guarantee"
-            if self.radius == "normal"
-            else "valid at every checkpoint"
-        )
-        lines.append(
-            f"{int(self.num_samples[failure])} {unit}, {int(self.evaluations[failure])} evaluations; "
-            f"stopped by: {self.rule_fired[failure]}"
-            + ("" if bool(self.converged[failure]) else " (no requested rule held)")
-        )
-        lines.append(
-            f"{self.radius} intervals at 1 - delta = {1 - self.delta:g} per failure ({level}); "
-            f"v(empty) = {float(self.empty[failure]):.{digits}f}, v(all) = {float(self.full[failure]):.{digits}f}"
-        )
-        return "\n".join(lines)
-
-
-# --------------------------------------------------------------------------------------
-# Exact sampling variances from a full coalition table.
-# --------------------------------------------------------------------------------------
-
-
-class SamplingVariance(NamedTuple):
-    """Exact variances of the permutation-sampling estimator of one game, per step.
-
-    - `plain`: `[n]`, the variance of one order's marginal contribution.
-    - `antithetic`: `[n]`, the variance of one antithetic pair's mean.
-    - `correlation`: `[n]`, the correlation of a step's marginals in an order and its
-      reverse (NaN for a step whose marginal never varies).
-
-    A pair costs twice an order, so antithetic sampling gives narrower intervals for the
-    same evaluations when `2 * antithetic < plain`, i.e. when the correlation is negative.
-    """
-
-    plain: np.ndarray
-    antithetic: np.ndarray
-    correlation: np.ndarray
-
-
-def sampling_variance(values) -> SamplingVariance:
-    """Exact per-step variances of plain and antithetic permutation sampling for one game,
-    computed from its full table of coalition values (no sampling).
-
-    A step i's marginal in a uniform random order is `v(S + i) - v(S)` with S its
-    predecessors, of probability `|S|! (n - |S| - 1)! / n!`; in the reversed order its
-    predecessors are the complement `N - S - i`. So both moments are Shapley-weighted sums
-    over the table, in float64.
-
-    **Arguments:**
-    - `values`: `[2**n]`, `v[m]` with bit i of m set when step i runs its fix (the
-      coalition index of `coalition_values`; average over worlds first).
-
-    **Returns:** a `SamplingVariance`.
-    """
-    from ..reduction import shapley_weights
-
-    v = np.asarray(values, np.float64)
-    size = v.shape[-1]
-    n = size.bit_length() - 1
-    if v.ndim != 1 or n < 1 or 1 << n != size:
-        raise ValueError(f"`values` must be a 1-D table of length 2**n, got shape {v.shape}")
-    masks = np.arange(size)
-    popcount = np.array([bin(m).count("1") for m in range(size)])
-    weights = shapley_weights(n)
-    full = size - 1
-    plain, pair, corr = np.zeros(n), np.zeros(n), np.full(n, np.nan)
-    for i in range(n):
-        bit = 1 << i
-        without = masks[(masks & bit) == 0]
-        marginal = v[without | bit] - v[without]
-        complement = full & ~(without | bit)
-        reverse = v[complement | bit] - v[complement]
-        w = weights[popcount[without]]
-        mean = w @ marginal
-        second = w @ marginal**2
-        cross = w @ (marginal * reverse)
-        plain[i] = max(second - mean**2, 0.0)
-        cov = cross - mean**2
-        pair[i] = max(0.5 * (plain[i] + cov), 0.0)
-        if plain[i] > 0:
-            corr[i] = cov / plain[i]
-    return SamplingVariance(plain=plain, antithetic=pair, correlation=corr)

@@ -2,6 +2,8 @@
 pairwise interactions, computed without a dense 2^n x n matrix.
 """
 
+from ._sampling import SamplingVariance as SamplingVariance
+from ._sampling import sampling_variance as sampling_variance
 from ._shapley import Attribution as Attribution
 from ._shapley import attribute as attribute
 from ._shapley import interaction_weights as interaction_weights
