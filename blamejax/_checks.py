@@ -7,12 +7,17 @@ They run eagerly, on the host, before anything is compiled.
 from __future__ import annotations
 
 import os
+import sys
+import warnings
+from collections.abc import Hashable, Sequence
 
 import jax
 import numpy as np
 
 from .noise import as_key as as_key  # checked where keys enter; defined with the noise
-from .pipeline import Hard, Relaxed, Structure, World
+from .pipeline import Hard, Plan, Relaxed, Structure, World, factual_plan
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 def leading_size(cases) -> int:
@@ -23,6 +28,7 @@ def leading_size(cases) -> int:
             f"{type(cases).__name__} of {len(cases)} per-case dicts; stack them first: "
             "jax.tree_util.tree_map(lambda *xs: numpy.stack(xs), *cases)"
         )
+    check_no_python_lists(cases, "cases")
     leaves = jax.tree_util.tree_leaves(cases)
     if not leaves:
         raise ValueError(
@@ -31,13 +37,51 @@ def leading_size(cases) -> int:
     sizes = {np.shape(leaf)[0] if np.ndim(leaf) else None for leaf in leaves}
     if None in sizes or len(sizes) != 1:
         shapes = [np.shape(leaf) for leaf in leaves]
+        shown = ", ".join(str(shape) for shape in shapes[:12])
+        shown += f", ... ({len(shapes)} leaves)" if len(shapes) > 12 else ""
         raise ValueError(
-            f"every leaf of `cases` must share one leading failure axis, got shapes {shapes}"
+            f"every leaf of `cases` must share one leading failure axis, got shapes [{shown}]"
         )
     size = sizes.pop()
     if size == 0:
         raise ValueError("`cases` holds zero failures; there is nothing to blame")
     return int(size)
+
+
+def _is_scalar(x) -> bool:
+    if isinstance(x, (bool, int, float, complex, np.generic)):
+        return True
+    return isinstance(x, (np.ndarray, jax.Array)) and x.ndim == 0
+
+
+def _is_number_list(x) -> bool:
+    """A Python list or tuple (not a NamedTuple) of numbers, or of such lists."""
+    if not isinstance(x, (list, tuple)) or hasattr(x, "_fields") or not x:
+        return False
+    return all(_is_scalar(item) or _is_number_list(item) for item in x)
+
+
+def check_no_python_lists(tree, argument: str) -> None:
+    """Refuse a Python list or tuple of numbers inside `tree` (pytree leaves are its numbers,
+    one scalar each, which no shape check could name): a `TypeError` naming its path.
+
+    ```python
+    check_no_python_lists({"a": [[0.0, 1.0]]}, "cases")  # TypeError: `cases` leaf ['a'] is a Python list; ...
+    ```
+    """
+    flat = jax.tree_util.tree_flatten_with_path(tree, is_leaf=_is_number_list)[0]
+    lists = [(path, leaf) for path, leaf in flat if _is_number_list(leaf)]
+    if not lists:
+        return
+    path, leaf = lists[0]
+    where = f"`{argument}` leaf {jax.tree_util.keystr(path)}" if path else f"`{argument}`"
+    others = [jax.tree_util.keystr(p) for p, _ in lists[1:4]]
+    also = f" (so are {', '.join(others)}{', ...' if len(lists) > 4 else ''})" if others else ""
+    raise TypeError(
+        f"{where} is a Python {type(leaf).__name__}{also}; convert it with np.asarray / "
+        f"jnp.asarray (an array with a leading case axis): a pytree's leaves are arrays, and "
+        f"each number of a Python list would be a leaf of its own"
+    )
 
 
 def check_score_range(score_range) -> tuple[float, float]:
@@ -91,20 +135,8 @@ def check_worlds(worlds: World, num_failures: int, structure: Structure) -> int:
 def resolve_players(structure: Structure, steps, fixes) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """Check `steps` (the players; default every step) and `fixes` (step -> fix variant,
     default 1) against the pipeline, and return (player indices, fix variants)."""
-    if steps is None:
-        names = list(structure.steps)
-    else:
-        if isinstance(steps, str) or not all(isinstance(s, str) for s in steps):
-            raise TypeError(f"`steps` must be a sequence of step names, got {steps!r}")
-        names = list(steps)
-        if not names:
-            raise ValueError(
-                f"`steps` is empty; name at least one of this pipeline's steps {list(structure.steps)}, "
-                "or pass None for all of them"
-            )
-        if len(set(names)) != len(names):
-            raise ValueError(f"`steps` lists a step twice: {names}")
-    players = tuple(structure.step_index(s) for s in names)
+    players = check_steps(structure, steps)
+    names = [structure.steps[p] for p in players]
     if fixes is not None and not isinstance(fixes, dict):
         raise TypeError(f"`fixes` must be a dict {{step: fix variant}}, got {fixes!r}")
     fixes = dict(fixes or {})
@@ -129,16 +161,74 @@ def resolve_players(structure: Structure, steps, fixes) -> tuple[tuple[int, ...]
     return players, tuple(variants)
 
 
+def check_steps(structure: Structure, steps, indices: bool = False) -> tuple[int, ...]:
+    """`steps` (a sequence; `None` = every step) as indices into `structure.steps`, in the
+    order given: not a string, not empty, no step twice, every one a step of the pipeline.
+    Its elements are step names, or with `indices` names or int indices."""
+    if steps is None:
+        return tuple(range(structure.num_steps))
+    what = "a sequence of step names" + (" or indices" if indices else "")
+    if isinstance(steps, (str, bytes)) or not isinstance(steps, (Sequence, np.ndarray)):
+        raise TypeError(f"`steps` must be {what}, got {steps!r}")
+    if not indices and not all(isinstance(s, str) for s in steps):
+        raise TypeError(f"`steps` must be {what}, got {steps!r}")
+    if len(steps) == 0:
+        raise ValueError(
+            f"`steps` is empty; name at least one of this pipeline's steps {list(structure.steps)}, "
+            "or pass None for all of them"
+        )
+    if indices:
+        players = tuple(structure.step_index(s, "steps") for s in steps)
+    else:
+        players = tuple(structure.step_index(s) for s in steps)
+    if len(set(players)) != len(players):
+        raise ValueError(f"`steps` lists a step twice: {list(steps)}")
+    return players
+
+
 def check_delta(delta) -> float:
-    if not isinstance(delta, (float, int)) or isinstance(delta, bool) or not 0 < delta < 1:
-        raise ValueError(f"`delta` must be an error level in (0, 1), got {delta!r}")
-    return float(delta)
+    """`delta`, an error level in (0, 1)."""
+    return check_probability(delta, "delta", "an error level")
 
 
-def check_positive_int(value, argument: str) -> int:
+def check_probability(value, argument: str, what: str = "a probability") -> float:
+    """`value`, a number strictly between 0 and 1 (`what` says what it is), as a float."""
+    number = isinstance(value, (int, float, np.integer, np.floating))
+    if not number or isinstance(value, (bool, np.bool_)) or not 0 < value < 1:
+        raise ValueError(f"`{argument}` must be {what} in (0, 1), got {value!r}")
+    return float(value)
+
+
+def check_positive_int(value, argument: str, allow_none: bool = False) -> int | None:
+    """`value`, an int >= 1 (or `None`, where `allow_none`), as a Python int."""
+    if allow_none and value is None:
+        return None
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"`{argument}` must be a positive int, got {value!r}")
+        expected = "None or a positive int" if allow_none else "a positive int"
+        raise ValueError(f"`{argument}` must be {expected}, got {value!r}")
     return int(value)
+
+
+def check_bool(value, argument: str) -> bool:
+    """`value`, `True` or `False` (not 0/1, not a string), as a Python bool."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"`{argument}` must be a bool (True or False), got {value!r}")
+    return bool(value)
+
+
+def check_one_of(value, argument: str, options: tuple):
+    """`value`, one of `options` (strings, usually)."""
+    if not isinstance(value, Hashable) or value not in options:  # arrays are not hashable
+        raise ValueError(f"`{argument}` must be one of {tuple(options)}, got {value!r}")
+    return value
+
+
+def check_function(value, argument: str, signature: str, allow_none: bool = True):
+    """`value`, a callable `signature` (e.g. "(k, r, factual) -> Plan"), or `None`."""
+    if (value is None and allow_none) or callable(value):
+        return value
+    expected = ("None or a function " if allow_none else "a function ") + signature
+    raise TypeError(f"`{argument}` must be {expected}, got {value!r}")
 
 
 def check_threshold(threshold) -> float:
@@ -156,6 +246,51 @@ def check_mode(mode):
     if isinstance(mode, (Hard, Relaxed)):
         return mode
     raise TypeError(f"`mode` must be blamejax.Hard() or blamejax.Relaxed(tau), got {mode!r}")
+
+
+def check_hard_mode(mode, why: str) -> Hard:
+    """`mode`, a checked `Hard()`: `why` says what needs hard choices ("the contrastive
+    estimator counts bad runs")."""
+    if not isinstance(check_mode(mode), Hard):
+        raise ValueError(f"{why}, which needs `mode=Hard()`, got {mode!r}")
+    return mode
+
+
+def check_plan(plan, structure: Structure) -> Plan:
+    """`plan`, a `Plan` of this pipeline (`None`: the factual plan)."""
+    if plan is None:
+        return factual_plan(structure)
+    if not isinstance(plan, Plan):
+        raise TypeError(
+            f"`plan` must be a blamejax.Plan (or None for the factual run), got {type(plan).__name__}"
+        )
+    if len(plan.steps) != structure.num_steps or len(plan.values) != len(structure.values):
+        raise ValueError(
+            f"`plan` has {len(plan.steps)} step plans and {len(plan.values)} value plans; this "
+            f"pipeline has {structure.num_steps} steps {list(structure.steps)} and "
+            f"{len(structure.values)} deterministic sites"
+        )
+    return plan
+
+
+def check_observed(observed, num_cases: int, structure: Structure) -> np.ndarray:
+    """`observed`, the recorded option of every draw site of every case: an int array
+    `[F, sites]` whose column i lies in [0, K_i). Returned on the host."""
+    observed = np.asarray(observed)
+    num_sites = len(structure.sites)
+    if observed.shape != (num_cases, num_sites) or not np.issubdtype(observed.dtype, np.integer):
+        raise ValueError(
+            f"`observed` must be an int array of shape [F, sites] = [{num_cases}, {num_sites}], "
+            f"got shape {observed.shape}, dtype {observed.dtype}"
+        )
+    for i, site in enumerate(structure.sites):
+        column = observed[:, i]
+        if column.min() < 0 or column.max() >= site.num_options:
+            raise ValueError(
+                f"`observed` for step {site.step!r} (slot {site.slot}) must lie in "
+                f"[0, {site.num_options}), got values in [{column.min()}, {column.max()}]"
+            )
+    return observed
 
 
 def check_scores_in_range(
@@ -193,8 +328,6 @@ def warn_not_failures(empty, score_range, what: str = "failures") -> None:
     if passing.size == 0:
         return
     shown = ", ".join(str(int(i)) for i in passing[:10]) + (", ..." if passing.size > 10 else "")
-    import warnings
-
     warnings.warn(
         f"{passing.size} of {empty.size} {what} ({shown}) already score the top of "
         f"`score_range` ({float(score_range[1])}) in their factual run under every supplied "
@@ -202,8 +335,23 @@ def warn_not_failures(empty, score_range, what: str = "failures") -> None:
         "made with another key, or for other case ids?). To blame such runs on purpose, filter "
         "this warning: warnings.simplefilter('ignore', bj.estimators.NotAFailureWarning)",
         NotAFailureWarning,
-        stacklevel=3,
+        stacklevel=user_stacklevel(),
     )
+
+
+def user_stacklevel() -> int:
+    """The `stacklevel` with which a `warnings.warn` made by the caller of this function
+    points at the first frame outside the blamejax package: the user's line, whatever
+    wrappers and helpers of the package lie between. Call it in the `warnings.warn` call:
+    `warnings.warn(message, Category, stacklevel=user_stacklevel())`."""
+    frame, level = sys._getframe(1), 1  # the frame that warns is stacklevel 1
+    while frame.f_back is not None and _in_package(frame):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def _in_package(frame) -> bool:
+    return os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE)
 
 
 def available_memory() -> tuple[int, str]:

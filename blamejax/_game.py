@@ -4,6 +4,9 @@ A `Game` holds the pipeline, its discovered structure, the players (the steps to
 player's fix variant, the sampling mode and the declared score range. Every estimator builds
 one at its entry (`make_game`, which runs the argument checks) and passes it on as one value;
 it is hashable, so it is also the key of the compiled functions in the one compile cache.
+
+The entry points that replay runs without blaming fixes (`replay`, `replay_fidelity`,
+`contrastive`, `inferred_worlds`) check what they share with `discover_checked`.
 """
 
 from __future__ import annotations
@@ -11,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-from ._checks import check_mode, check_score_range, leading_size, resolve_players
-from .pipeline import Hard, Relaxed, Structure, discover_batch
+from ._checks import check_mode, check_score_range, check_worlds, leading_size, resolve_players
+from .pipeline import Hard, Relaxed, Structure, World, check_finite_logits, discover_batch
 
 
 class Game(NamedTuple):
@@ -83,3 +86,29 @@ def make_game(
     structure = discover_batch(pipeline, cases)
     players, variants = resolve_players(structure, steps, fixes)
     return Game(pipeline, structure, players, variants, mode, low_high)
+
+
+def discover_checked(
+    pipeline: Callable, cases, worlds: World | None = None
+) -> tuple[Structure, int, int | None]:
+    """The checks every replaying entry point shares, in one place: `cases` (a pytree with a
+    leading case axis F, no NaN logits), the pipeline's structure (discovered once) and,
+    when given, `worlds` (keys `[F, W]`).
+
+    **Returns:** `(structure, F, W)`, `W = None` without `worlds`.
+
+    **Raises:** `TypeError`/`ValueError` naming the argument, as `make_game`, and for NaN
+    logits in `cases` or malformed `worlds`.
+
+    ```python
+    import blamejax as bj
+    from blamejax._game import discover_checked
+    structure, F, W = discover_checked(bj.demos.refund_pipeline, bj.demos.refund_cases(2), bj.recorded_worlds(0, 2))
+    assert (F, W) == (2, 1)
+    ```
+    """
+    num_cases = leading_size(cases)
+    structure = discover_batch(pipeline, cases)
+    check_finite_logits(cases)
+    num_worlds = None if worlds is None else check_worlds(worlds, num_cases, structure)
+    return structure, num_cases, num_worlds

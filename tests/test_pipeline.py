@@ -329,7 +329,7 @@ def test_deferred_draws_keep_a_row_without_options_invalid():
 
 
 def test_deferred_registers_reuse_what_no_later_draw_reads():
-    from blamejax.pipeline._context import _registers
+    from blamejax.pipeline._deferred import _registers
 
     chain = np.array([[-1], [0], [1], [2], [3]])
     source, target, count = _registers(chain)

@@ -21,18 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from ..pipeline import Hard, Plan, StepPlan, Structure, World, run_score, trace_run, world_noise
-
-
-def coalition_plan(structure: Structure, bits: Sequence, fix_variants: Sequence[int]) -> Plan:
-    """The plan in which step i runs fix `fix_variants[i]` when `bits[i]` is 1 and its
-    factual variant otherwise. `bits[i]` is `None` for a step that is not a player."""
-    none = np.int32(-1)
-    steps = []
-    for bit, fix in zip(bits, fix_variants):
-        variant = np.int32(0) if bit is None else bit * np.int32(fix)
-        steps.append(StepPlan(variant=variant, noise=none, forced=none))
-    return Plan(steps=tuple(steps), values=tuple(None for _ in structure.values))
+from ..pipeline import Hard, Structure, World, run_score, trace_run, world_noise
+from ..pipeline._plans import coalition_plan, mask_plan
 
 
 def coalition_values(
@@ -82,27 +72,6 @@ def coalition_values(
     bit = jnp.arange(2, dtype=jnp.int32)
     values = batched(*([bit] * n))  # axis 0 is bit n-1, ..., axis n-1 is bit 0
     return values.reshape(-1)
-
-
-def mask_plan(
-    structure: Structure, players: Sequence[int], fix_variants: Sequence[int], mask
-) -> Plan:
-    """The plan of one coalition given as a boolean mask over `players` (`Bool[Array, "n"]`):
-    player j runs fix `fix_variants[j]` where `mask[j]`, its factual variant otherwise."""
-    bits = [None] * structure.num_steps
-    fixes = [0] * structure.num_steps
-    # One conversion of the whole mask, then a slice per player; and the variants again as
-    # one array (`Plan.variants`), for a context that defers its draws.
-    mask = jnp.asarray(mask).astype(jnp.int32)
-    for j, (p, f) in enumerate(zip(players, fix_variants)):
-        bits[p] = mask[j]
-        fixes[p] = f
-    plan = coalition_plan(structure, bits, fixes)
-    chosen = mask * jnp.asarray(np.asarray(fix_variants, np.int32))
-    if list(players) == list(range(structure.num_steps)):  # every step a player, in order
-        return plan._replace(variants=chosen)
-    variants = jnp.zeros((structure.num_steps,), jnp.int32)
-    return plan._replace(variants=variants.at[np.asarray(players, np.int32)].set(chosen))
 
 
 def mask_values(

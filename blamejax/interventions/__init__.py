@@ -3,6 +3,10 @@
 intervals and the point of commitment; CAR's re-draw Shapley game.
 """
 
+from ..pipeline._plans import DOWNSTREAM as DOWNSTREAM
+from ..pipeline._plans import full_plan as full_plan
+from ..pipeline._plans import stack_plans as stack_plans
+from ..pipeline._plans import step_of_site as step_of_site
 from ._contrastive import ContrastiveResult as ContrastiveResult
 from ._contrastive import contrastive as contrastive
 from ._do import do_action as do_action
@@ -10,10 +14,5 @@ from ._do import do_context as do_context
 from ._do import do_observation as do_observation
 from ._do import do_policy as do_policy
 from ._do import do_resample as do_resample
-from ._plans import DOWNSTREAM as DOWNSTREAM
-from ._plans import full_plan as full_plan
-from ._plans import stack_plans as stack_plans
-from ._plans import step_index as step_index
-from ._plans import step_of_site as step_of_site
 from ._resample import ResampleShapley as ResampleShapley
 from ._resample import resample_shapley as resample_shapley

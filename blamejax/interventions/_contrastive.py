@@ -32,25 +32,25 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
-from .._checks import check_delta, check_positive_int, check_threshold, check_worlds, leading_size
-from .._compile import cached
-from ..pipeline import (
-    Hard,
-    Plan,
-    StepPlan,
-    Structure,
-    check_finite_logits,
-    discover_batch,
-    plan_values,
-    trace_run,
+from .._checks import (
+    check_delta,
+    check_function,
+    check_hard_mode,
+    check_one_of,
+    check_positive_int,
+    check_steps,
+    check_threshold,
 )
+from .._compile import cached
+from .._game import discover_checked
+from ..pipeline import Hard, Plan, StepPlan, Structure, plan_values, trace_run
+from ..pipeline._plans import DOWNSTREAM, full_plan, step_of_site
 from ..report import (
     JSONExport,
     number,
     step_rows,
 )
 from ..stats import newcombe_interval, point_of_commitment, wilson_interval
-from ._plans import DOWNSTREAM, full_plan, step_index, step_of_site
 
 BASELINES = ("factual", "rollouts")
 
@@ -297,23 +297,23 @@ def contrastive(
     structure, num_failures, num_worlds, players, num_rollouts = rollout_inputs(
         pipeline, cases, worlds, steps, num_rollouts
     )
-    if downstream not in DOWNSTREAM:
-        raise ValueError(f"`downstream` must be one of {DOWNSTREAM}, got {downstream!r}")
-    if baseline not in BASELINES:
-        raise ValueError(f"`baseline` must be one of {BASELINES}, got {baseline!r}")
-    if intervention is not None and not callable(intervention):
-        raise TypeError(
-            f"`intervention` must be None or a function (k, r, factual) -> Plan, got {intervention!r}"
-        )
+    downstream = check_one_of(downstream, "downstream", DOWNSTREAM)
+    baseline = check_one_of(baseline, "baseline", BASELINES)
+    intervention = check_function(intervention, "intervention", "(k, r, factual) -> Plan")
     if intervention is not None and downstream != "held":
         raise ValueError(
             "`downstream` applies to the default re-draw only; a custom `intervention` sets its "
             "own downstream rule (pass downstream=... to the do_* operators it uses)"
         )
+    if intervention is not None and baseline == "rollouts":
+        raise ValueError(
+            "`baseline='rollouts'` is defined for the default re-draw (its baseline keeps "
+            "step k and applies the same downstream rule); use baseline='factual' with a "
+            "custom `intervention`"
+        )
     threshold = check_threshold(threshold)
     delta = check_delta(delta)
-    if not isinstance(mode, Hard):
-        raise ValueError("the contrastive estimator counts bad runs, which needs `mode=Hard()`")
+    mode = check_hard_mode(mode, "the contrastive estimator counts bad runs")
     function = _contrastive_function(
         pipeline,
         structure,
@@ -347,12 +347,6 @@ def contrastive(
         p_low, p_high = wilson_interval(bad, runs, level)
         low, high = base - p_high, base - p_low
     else:
-        if intervention is not None:
-            raise ValueError(
-                "`baseline='rollouts'` is defined for the default re-draw (its baseline keeps "
-                "step k and applies the same downstream rule); use baseline='factual' with a "
-                "custom `intervention`"
-            )
         base_count = base_bad.astype(np.int32)
         base = base_count / runs
         low, high = newcombe_interval(base_count, runs, bad, runs, level)
@@ -382,28 +376,13 @@ def contrastive(
 
 def rollout_inputs(pipeline, cases, worlds, steps, num_rollouts):
     """The checks the rollout estimators share: `(structure, F, W, players, num_rollouts)`."""
-    num_failures = leading_size(cases)
-    structure = discover_batch(pipeline, cases)
-    check_finite_logits(cases)
-    num_worlds = check_worlds(worlds, num_failures, structure)
-    players = _players(structure, steps)
+    structure, num_failures, num_worlds = discover_checked(pipeline, cases, worlds)
+    # Names or indices, intervened on in pipeline order.
+    players = check_steps(structure, steps, indices=True)
     return (
         structure,
         num_failures,
         num_worlds,
-        players,
+        tuple(sorted(players)),
         check_positive_int(num_rollouts, "num_rollouts"),
     )
-
-
-def _players(structure: Structure, steps) -> tuple[int, ...]:
-    if steps is None:
-        return tuple(range(structure.num_steps))
-    if isinstance(steps, (str, int)) or not isinstance(steps, Sequence) or not steps:
-        raise TypeError(
-            f"`steps` must be a non-empty sequence of step names or indices, got {steps!r}"
-        )
-    players = tuple(step_index(structure, s, "steps") for s in steps)
-    if len(set(players)) != len(players):
-        raise ValueError(f"`steps` lists a step twice: {list(steps)}")
-    return tuple(sorted(players))

@@ -33,14 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..pipeline import Plan, Structure, ValuePlan
-from ._plans import (
-    after_step,
-    downstream_plan,
-    scalar_index,
-    set_step,
-    start_of,
-    step_index,
-)
+from ..pipeline._plans import after_step, downstream_plan, scalar_index, set_step, start_of
 
 
 # -- the do-operators ---------------------------------------------------------------------
@@ -77,7 +70,7 @@ def do_resample(
     ```
     """
     plan = start_of(structure, plan)
-    k = step_index(structure, step)
+    k = structure.step_index(step, "step")
     stream = scalar_index(stream, None, "`stream`")
     plan = set_step(plan, k, noise=stream)
     later_steps, later_sites = after_step(structure, k)
@@ -114,7 +107,7 @@ def do_action(
     ```
     """
     plan = start_of(structure, plan)
-    k = step_index(structure, step)
+    k = structure.step_index(step, "step")
     option = scalar_index(
         option, structure.num_options[k], f"`option` of step {structure.steps[k]!r}"
     )
@@ -158,7 +151,7 @@ def do_context(
     ```
     """
     plan = start_of(structure, plan)
-    k = step_index(structure, step)
+    k = structure.step_index(step, "step")
     num_options = structure.num_options[k]
     shift = jnp.asarray(shift)
     name = structure.steps[k]
@@ -209,7 +202,7 @@ def do_policy(
     ```
     """
     plan = start_of(structure, plan)
-    k = step_index(structure, step)
+    k = structure.step_index(step, "step")
     variant = scalar_index(variant, None, "`variant`")
     for j in range(k, structure.num_steps):
         count = structure.num_variants[j]

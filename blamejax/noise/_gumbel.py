@@ -17,11 +17,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-# Address tags that keep the families of draws apart.
-_GUMBEL_TAG = 0x47554D42  # "GUMB"
-_UNIFORM_TAG = 0x554E4946  # "UNIF"
-_FRESH_TAG = 0x46524553  # "FRES"
-_ABDUCT_TAG = 0x41424455  # "ABDU"
+from ._tags import ABDUCT_TAG, FRESH_TAG, GUMBEL_TAG, TEXT_TAG, UNIFORM_TAG
 
 
 def stable_hash(name: str) -> int:
@@ -183,7 +179,7 @@ def world_key(key: PRNGKeyArray, failure: int | Int[Array, ""], world: int | Int
 @jax.jit
 def fresh_key(key: PRNGKeyArray, stream: Int[Array, ""]) -> PRNGKeyArray:
     """The key of fresh noise stream ``stream`` inside a world (used by resampling)."""
-    return fold_in(fold_in(key, _FRESH_TAG), stream)
+    return fold_in(fold_in(key, FRESH_TAG), stream)
 
 
 def _site_key(key: PRNGKeyArray, tag: int, step: str | Int[Array, ""], slot: int | Int[Array, ""]):
@@ -197,7 +193,28 @@ def abduction_key(key: PRNGKeyArray, step: str | Int[Array, ""], slot: int | Int
     """The key of the posterior (abducted) noise of draw `slot` of `step` in a world:
     ``fold_in(fold_in(fold_in(key, ABDUCT), stable_hash(step)), slot)``. `step` is a name
     or its `stable_hash`."""
-    return _site_key(key, _ABDUCT_TAG, step, slot)
+    return _site_key(key, ABDUCT_TAG, step, slot)
+
+
+def text_key(key: PRNGKeyArray, step: str, slot: int | Int[Array, ""] = 0) -> PRNGKeyArray:
+    """The key of the text `step` writes in draw `slot` of a world:
+    ``fold_in(fold_in(fold_in(key, TEXT_TAG), stable_hash(step)), slot)``, a family of its own
+    (`bj.scorers.text_seed` takes its seed from it).
+
+    **Arguments:** `key` (the world's key, see `world_key`), `step` (its name), `slot` (which
+    text of the step; 0 for a step that writes once).
+
+    **Returns:** a key of `key`'s kind.
+
+    ```python
+    import blamejax as bj
+    import jax.random as jr
+    world = bj.noise.world_key(bj.noise.as_key(0), 2, 0)  # the recorded world of case 2
+    first, second = bj.noise.text_key(world, "note"), bj.noise.text_key(world, "note", 1)
+    assert (jr.key_data(first) != jr.key_data(second)).any()
+    ```
+    """
+    return _site_key(key, TEXT_TAG, step, slot)
 
 
 @functools.partial(jax.jit, static_argnames=("step", "num_options"))
@@ -219,7 +236,7 @@ def gumbel_at(
 
     **Returns:** `Float[Array, "K"]`, independent standard Gumbel draws.
     """
-    return _gumbel_options(_site_key(key, _GUMBEL_TAG, step, slot), num_options)
+    return _gumbel_options(_site_key(key, GUMBEL_TAG, step, slot), num_options)
 
 
 def _gumbel_options(site: PRNGKeyArray, num_options: int) -> Float[Array, "*sites options"]:
@@ -244,7 +261,7 @@ def gumbel_sites(
     """
     hashes = jnp.asarray([stable_hash(s) for s in steps], dtype=jnp.uint32)
     slots_ = jnp.asarray(slots, dtype=jnp.uint32)
-    site = fold_in(fold_in(fold_in(key, _GUMBEL_TAG), hashes), slots_)
+    site = fold_in(fold_in(fold_in(key, GUMBEL_TAG), hashes), slots_)
     return _gumbel_options(site, num_options)
 
 
@@ -258,7 +275,7 @@ def uniform_at(
 
 @functools.partial(jax.jit, static_argnames=("step",))
 def _uniform_at(key, step, slot, index):
-    site = fold_in(_site_key(key, _UNIFORM_TAG, step, slot), index)
+    site = fold_in(_site_key(key, UNIFORM_TAG, step, slot), index)
     if not _unrolled(site):
         return jr.uniform(site)
     return _unit_interval(_words(site), 0, jnp.result_type(float), 0.0)

@@ -16,18 +16,25 @@ number of steps, and `jnp.where` for data-dependent choices.
 
 from __future__ import annotations
 
-import functools
-from typing import Any, NamedTuple
+from typing import Any
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
+from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from ..noise import fresh_key, gumbel_at, gumbel_sites
-
-_NEG_LARGE = -1e30  # stands in for -inf inside softmax so no row becomes NaN
+from ._deferred import _at_trace, _current_trace, _Deferred, _Pending, _resolve_chain
+from ._draws import (
+    _free_hard_step,
+    _invalid_rows,
+    _lift,
+    _relaxed_probs,
+    _seen_logits,
+    _tabulated_hard,
+)
+from ._plans import Plan, StepPlan
 
 
 class Hard(eqx.Module):
@@ -136,54 +143,6 @@ class _TableReads:
         return out
 
 
-class StepPlan(NamedTuple):
-    """What one step does in one run. Every field is a scalar array, one per step, so that
-    batching one step's plan never batches another step's computation.
-
-    - `variant`: `Int[Array, ""]`, 0 = factual, v >= 1 = fix v.
-    - `noise`: `Int[Array, ""]`, -1 = the world's noise (override where valid, otherwise
-      addressed); r >= 0 = fresh noise stream r (used to resample a step).
-    - `forced`: `Int[Array, ""]`, -1 = sample; a >= 0 = force option a in every slot.
-    - `shift`: `None` (the default: no change, no cost) or `Float[Array, "K"]`, added to
-      every logits row the step decides from (`do_context`); `-inf` removes an option.
-    """
-
-    variant: Int[Array, ""]
-    noise: Int[Array, ""]
-    forced: Int[Array, ""]
-    shift: Float[Array, " K"] | None = None
-
-
-class ValuePlan(NamedTuple):
-    """Override of a deterministic site: `active` (bool scalar) and the `value` to use."""
-
-    active: Bool[Array, ""]
-    value: Any
-
-
-class Plan(NamedTuple):
-    """A plan for every step (`steps`, in the structure's order), every deterministic
-    site (`values`, `None` entries mean "no override"), and optionally a forced option
-    per draw site (`forced_sites`, -1 = not forced; used to replay observed choices), and
-    optionally the steps' variants as one array (`variants`, the same values as `steps`)."""
-
-    steps: tuple[StepPlan, ...]
-    values: tuple[ValuePlan | None, ...]
-    forced_sites: tuple | None = None
-    # `None`, or every step's `variant` again as one `Int[Array, "steps"]` (a coalition's
-    # plan built from a mask): a context that defers its draws reads the variants of many
-    # steps from it in one gather instead of stacking the steps' scalars.
-    variants: Int[Array, " steps"] | None = None
-
-
-def factual_plan(structure) -> Plan:
-    """The plan of the run as it happened: every step factual, world noise, no forcing."""
-    zero = np.int32(0)
-    none = np.int32(-1)
-    steps = tuple(StepPlan(zero, none, none) for _ in structure.steps)
-    return Plan(steps=steps, values=tuple(None for _ in structure.values))
-
-
 class World(eqx.Module):
     """The luck of one run.
 
@@ -235,6 +194,7 @@ def check_choose_args(step, logits, given, slot):
         raise ValueError(
             f"logits of step {step!r} must have shape {want} ({expected_ndim} axes: variants, "
             f"{'one axis per parent, ' if parents else ''}options), got shape {logits.shape}"
+            + _given_hint(step, logits.shape, len(parents))
         )
     for i, parent in enumerate(parents):
         if logits.shape[1 + i] != parent.num_options:
@@ -247,6 +207,32 @@ def check_choose_args(step, logits, given, slot):
             f"logits of step {step!r} need >= 1 variant and >= 1 option, got {logits.shape}"
         )
     return parents, bool(parents)
+
+
+def _given_hint(step, shape, num_given: int) -> str:
+    """What to add to a shape error of a step's logits: a table over parent choices whose
+    `given=` is missing (or names too few parents), or a missing variant axis."""
+    num_parent_axes = len(shape) - 2
+    if len(shape) == 1 + num_given:
+        return "; the first axis holds the variants (0 = factual): logits[None] for one variant"
+    if num_parent_axes <= num_given:
+        return ""
+    if num_parent_axes == 1:
+        axes, given = "V, K_parent, K", "parent"
+    else:
+        axes = ", ".join(["V", *(f"K_parent{i}" for i in range(num_parent_axes)), "K"])
+        given = "(" + ", ".join(f"parent{i}" for i in range(num_parent_axes)) + ")"
+    options = ", ".join(str(k) for k in shape[1:-1])
+    if num_given == 0:
+        return (
+            f"; a table over parent choices, [{axes}], needs `given=` naming them: "
+            f"ctx.choose({step!r}, logits, given={given}), the Choices it depends on "
+            f"(with {options} options)"
+        )
+    return (
+        f"; these logits have {num_parent_axes} parent axes [{axes}] but `given=` names "
+        f"{num_given}: name one Choice per parent axis, given={given} (with {options} options)"
+    )
 
 
 class Context:
@@ -463,296 +449,9 @@ class Context:
         return value
 
 
-def _current_trace():
-    """JAX's current trace (`jax._src.core.trace_ctx.trace`), or None where this JAX has no
-    such context (deferred draws are then off)."""
-    try:
-        from jax._src import core
-
-        return core.trace_ctx.trace
-    except (ImportError, AttributeError):
-        return None
-
-
-def _at_trace(trace):
-    """A context manager that makes `trace` JAX's current trace."""
-    from jax._src import core
-
-    return core.set_current_trace(trace)
-
-
-class _Deferred:
-    """The index of a deferred draw: worked out by its context the first time it is read."""
-
-    def __init__(self, ctx):
-        self.ctx = ctx
-        self.resolved = None
-
-    def value(self):
-        if self.resolved is None:
-            self.ctx._resolve()
-        return self.resolved
-
-
-class _Pending(NamedTuple):
-    """A tabulated hard draw waiting to be made (`Context(defer=True)`)."""
-
-    logits: Any  # [V, *K_parents, K], shift applied
-    noise: Any  # [K], or None for the world's addressed noise of the site (`Context.noise`)
-    variant: Any  # Int[Array, ""]
-    parents: tuple  # Choices, deferred or not
-    step: str
-    step_index: int
-    site_index: int
-    deferred: _Deferred
-
-    def noise_row(self, world_noise):
-        """The `[K]` Gumbels this draw adds to its logits."""
-        if self.noise is None:
-            return world_noise[self.site_index, : self.logits.shape[-1]]
-        return self.noise
-
-
-def _resolve_chain(pending: list[_Pending], world_noise, plan_variants=None):
-    """Make several tabulated hard draws at once: `(indices [m], invalid)`.
-
-    Every table's rows are padded to the same `[R, K]` with `-inf` options (never chosen,
-    and a row of only `-inf` has no valid option either way), stacked, and given one
-    `hard_argmax`; then a scan over the draws gathers each chosen row's option, reading the
-    parents' options from the indices already made. The same integers as `_tabulated_hard`
-    draw by draw, with a compiled program that does not grow with the number of draws: it
-    compiles several times faster for long chains, and each evaluation costs more (a loop
-    step per draw instead of one fused gather; see benchmarks/results/bench_mc_chain_compare.md)."""
-    m = len(pending)
-    rows = [int(np.prod(p.logits.shape[:-1])) for p in pending]
-    num_rows = max(rows)
-    num_options = max(p.logits.shape[-1] for p in pending)
-    dtype = pending[0].logits.dtype  # one dtype per batch (`Context.choose`)
-
-    def padded(p, r):
-        table = p.logits.reshape(r, p.logits.shape[-1])
-        pad = ((0, num_rows - r), (0, num_options - p.logits.shape[-1]))
-        if pad != ((0, 0), (0, 0)):
-            table = jnp.pad(table, pad, constant_values=-np.inf)
-        return table.reshape(-1)
-
-    # Laid end to end along one axis (not stacked on a new one): tables that are
-    # consecutive parts of one array (a batch's cases, `_take_slots`) are then that array
-    # again, and XLA copies nothing.
-    flat = jnp.concatenate([padded(p, r) for p, r in zip(pending, rows)])
-    tables = flat.reshape(m, num_rows, num_options)  # [m, R, K]
-    if all(p.noise is None for p in pending):  # one gather of the world's noise
-        sites = np.asarray([p.site_index for p in pending], np.int32)
-        noise = world_noise[sites, :num_options].astype(dtype)  # [m, K]
-    else:
-        own = [p.noise_row(world_noise) for p in pending]
-        noise = jnp.stack(
-            [jnp.pad(r.astype(dtype), (0, num_options - r.shape[0])) for r in own]
-        )  # [m, K]
-    steps = ", ".join(dict.fromkeys(p.step for p in pending))
-    best = hard_argmax(tables, noise[:, None, :], steps)  # [m, R]
-
-    # The flat row of draw k: variant * stride + sum over parents of option * stride. A
-    # parent is an earlier draw of this batch or an index made before it (`outside`).
-    position = {id(p.deferred): k for k, p in enumerate(pending)}
-    outside = []  # indices of parents made before this batch
-    num_parents = max(1, max(len(p.parents) for p in pending))
-    parent_of = np.full((m, num_parents), -1, np.int64)  # see `_registers`
-    stride = np.zeros((m, num_parents), np.int32)
-    variant_stride = np.zeros((m,), np.int32)
-    for k, p in enumerate(pending):
-        shape = p.logits.shape[1:-1]
-        variant_stride[k] = int(np.prod(shape))
-        for i, parent in enumerate(p.parents):
-            stride[k, i] = int(np.prod(shape[i + 1 :]))
-            d = parent._deferred
-            if d is not None and id(d) in position:
-                parent_of[k, i] = position[id(d)]
-            else:
-                parent_of[k, i] = m + len(outside)
-                outside.append(jnp.asarray(parent.index, jnp.int32))
-    source, target, num_registers = _registers(parent_of)
-    if plan_variants is None:
-        variants = jnp.stack([jnp.asarray(p.variant, jnp.int32) for p in pending])
-    else:  # one gather, not m scalars stacked (`Plan.variants`)
-        steps_k = np.asarray([p.step_index for p in pending], np.int32)
-        variants = jnp.asarray(plan_variants, jnp.int32)[steps_k]
-    registers = jnp.zeros((num_registers,), jnp.int32)
-    if outside:
-        registers = registers.at[: len(outside)].set(jnp.stack(outside))
-    lax = jax.lax
-
-    def body(carry, x):
-        # A `lax.scan` over the draws: a draw's row of `best` and its constants are the
-        # scanned inputs, and the options made are its outputs, laid out draw by draw (under
-        # `vmap` too), so each step reads and writes contiguous memory. The carry holds only
-        # the options some later draw still reads (`_registers`): for a chain, one. (Unrolling
-        # the scan made the call slower in `bench_mc.py --chain-one 32`.)
-        best_k, variant, source_k, stride_k, variant_stride_k, target_k = x
-        flat = variant * variant_stride_k
-        for i in range(num_parents):
-            parent = lax.dynamic_index_in_dim(carry, source_k[i], keepdims=False)
-            flat = flat + parent * stride_k[i]
-        chosen = best_k.at[flat].get(mode="promise_in_bounds")  # -1: no valid option
-        carry = lax.dynamic_update_index_in_dim(carry, jnp.maximum(chosen, 0), target_k, 0)
-        return carry, chosen
-
-    xs = (best, variants, *map(jnp.asarray, (source, stride, variant_stride, target)))
-    _, chosen = lax.scan(body, registers, xs)
-    return jnp.maximum(chosen, 0), jnp.any(chosen < 0)
-
-
-def _registers(parent_of):
-    """Where the scan of `_resolve_chain` keeps the options that later draws read: `(source
-    [m, P], target [m], number of registers)`. `parent_of[k, i]` is the parent's draw
-    (k' < k), `m + j` for the j-th index made before the batch, or -1 for none.
-
-    Draw k reads parent i from register `source[k, i]` (0 where it has none; its stride is
-    0) and writes its option to register `target[k]`. The indices made before the batch take
-    the first registers; a register is reused once the last draw that reads it has read it,
-    and options nobody reads go to one scratch register, so a chain needs two registers,
-    not one per draw."""
-    m, num_parents = parent_of.shape
-    last_read = {}  # owner (a draw, or m + j) -> the last draw that reads it
-    for k in range(m):
-        for owner in parent_of[k]:
-            if owner >= 0:
-                last_read[int(owner)] = k
-    register_of = {}  # owner -> register
-    for owner in sorted(o for o in last_read if o >= m):
-        register_of[owner] = len(register_of)
-    num_registers = len(register_of)
-    free: list[int] = []
-    source = np.zeros((m, num_parents), np.int32)
-    target = np.zeros((m,), np.int32)
-    for k in range(m):
-        for i, owner in enumerate(parent_of[k]):
-            if owner >= 0:
-                source[k, i] = register_of[int(owner)]
-        for owner in [o for o in register_of if last_read[o] == k]:  # read for the last time
-            free.append(register_of.pop(owner))
-        if k in last_read:  # a later draw reads this option: keep it
-            if free:
-                register_of[k] = free.pop()
-            else:
-                register_of[k] = num_registers
-                num_registers += 1
-            target[k] = register_of[k]
-        else:
-            target[k] = -1
-    target[target == -1] = num_registers  # the scratch register
-    return source, target, num_registers + 1
-
-
 def _is_active(x, pred) -> bool:
     """False only when `x` is a concrete array for which `pred` is false everywhere, so
     that unused plan features (fresh noise, forcing) cost nothing in the compiled code."""
     if isinstance(x, jax.core.Tracer):
         return True
     return bool(np.any(pred(np.asarray(x))))
-
-
-def _step_eval(fn, **kwargs):
-    """Mark one step evaluation in the jaxpr (a named `pjit`), so that
-    `count_step_evaluations` can count how many times each step runs after `vmap`."""
-    return jax.jit(fn, **kwargs)
-
-
-@_step_eval
-def _gather_choice(table, flat_index):
-    # The flat index is in bounds by construction (variant < V, parent < K_parent).
-    return table.reshape(-1).at[flat_index].get(mode="promise_in_bounds")
-
-
-_HARD_GRADIENT_MESSAGE = (
-    "a gradient was requested through the hard (Gumbel-max) choice of step {step!r}. argmax "
-    "has zero gradient almost everywhere, so this gradient would silently be zero. To "
-    "differentiate blame with respect to logits, evaluate in relaxed mode: "
-    "mode=blamejax.Relaxed(tau) (Gumbel-softmax) or blamejax.Relaxed(tau, straight_through=True) "
-    "(hard values forward, relaxed gradients backward)."
-)
-
-
-@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
-def hard_argmax(logits, noise, step: str = "?"):
-    """`argmax(logits + noise)` over the last axis, as int32, or -1 for a row with no valid
-    option (every logit `-inf`, or a NaN or `+inf` anywhere: `jnp.argmax` would pick an option
-    from it silently). Differentiating it with respect to the logits raises a `ValueError`
-    that explains how to get a useful gradient."""
-    # `lax` primitives, not jnp functions (each a small jitted function of its own, which every
-    # coalition `vmap` above traces again): the same integers, at a fraction of the trace time.
-    noise = noise if noise.ndim == logits.ndim else _lift(noise, logits)
-    perturbed = jax.lax.add(logits, noise.astype(logits.dtype))
-    best = jax.lax.argmax(perturbed, perturbed.ndim - 1, np.int32)
-    return jax.lax.select(_invalid_rows(logits, perturbed), jax.lax.full_like(best, -1), best)
-
-
-def _invalid_rows(logits, perturbed):
-    """Rows (last axis) from which no option can be drawn: all `-inf`, or NaN or `+inf`."""
-    lax, last = jax.lax, (logits.ndim - 1,)
-    bad = lax.bitwise_or(
-        lax.ne(perturbed, perturbed), lax.eq(logits, lax.full_like(logits, np.inf))
-    )
-    impossible = lax.eq(logits, lax.full_like(logits, -np.inf))
-    return lax.bitwise_or(lax.reduce_or(bad, last), lax.reduce_and(impossible, last))
-
-
-@hard_argmax.defjvp
-def _hard_argmax_jvp(step, primals, tangents):
-    raise ValueError(_HARD_GRADIENT_MESSAGE.format(step=step))
-
-
-def _tabulated_hard(logits, noise, variant, parents, step="?", rows_per_world=False):
-    """The choice and whether it had no valid option (-1 rows of `hard_argmax`). The argmax
-    over every [variant, parent] row depends only on the world, so under the coalition vmaps
-    it is computed once per world; the run itself is a 1-D gather. With `rows_per_world`,
-    so is the check: any row without a valid option invalidates the run."""
-    best = hard_argmax(logits, noise, step)  # [V, *K_parents]
-    if rows_per_world:
-        invalid, best = jnp.any(best < 0), jnp.maximum(best, 0)
-    flat = jnp.asarray(variant, jnp.int32)
-    for axis, parent in enumerate(parents):
-        flat = flat * logits.shape[1 + axis] + parent.index
-    index = _gather_choice(best, flat)
-    if rows_per_world:
-        return index, invalid
-    return jnp.maximum(index, 0), index < 0
-
-
-def _lift(noise, logits):
-    """Give the [K] noise the leading unit axes of `logits` (explicit broadcasting)."""
-    return noise.astype(logits.dtype).reshape((1,) * (logits.ndim - 1) + noise.shape)
-
-
-def _free_hard(logits, noise, variant, step="?"):
-    row = jnp.take(logits, variant, axis=0)
-    return hard_argmax(row, noise, step)
-
-
-_free_hard_step = _step_eval(_free_hard, static_argnums=(3,))
-
-
-def _relaxed_probs(logits, noise, variant, parents, mode: Relaxed):
-    safe = jnp.where(jnp.isneginf(logits), _NEG_LARGE, logits)
-    noise = _lift(noise, logits)
-    soft = jax.nn.softmax((safe + noise) / mode.tau, axis=-1)  # [V, *K_parents, K]
-    if mode.straight_through:
-        hard = jax.nn.one_hot(
-            jnp.argmax(logits + noise, axis=-1), logits.shape[-1], dtype=soft.dtype
-        )
-        soft = hard + soft - jax.lax.stop_gradient(soft)
-    table = jnp.take(soft, variant, axis=0)  # [*K_parents, K]
-    for parent in parents:
-        if parent.probs is None:
-            table = jnp.take(table, parent.index, axis=0)
-        else:
-            table = jnp.tensordot(parent.probs.astype(table.dtype), table, axes=1)
-    return table
-
-
-def _seen_logits(logits, variant, parents):
-    """The logits row the draw actually saw (for traces and abduction)."""
-    row = jnp.take(logits, variant, axis=0)
-    for parent in parents:
-        row = jnp.take(row, parent.index, axis=0)
-    return row

@@ -52,14 +52,44 @@ class Structure(NamedTuple):
         """How many steps the pipeline has."""
         return len(self.steps)
 
-    def step_index(self, step: str) -> int:
-        """The position of `step` in `steps`; a `ValueError` naming the steps for an unknown one."""
-        try:
-            return self.steps.index(step)
-        except ValueError:
+    def step_index(self, step, argument: str | None = None) -> int:
+        """The position of `step` in `steps`.
+
+        With `argument` (the name of the user's argument, e.g. `"step"`), `step` may also be
+        an int index, and errors name that argument: a `TypeError` for another type, a
+        `ValueError` for an index out of range, an unknown name, or the name of a
+        deterministic site (which does not sample). Without it, `step` is a step name and an
+        unknown one is a `ValueError` naming the steps."""
+        if argument is None:
+            try:
+                return self.steps.index(step)
+            except ValueError:
+                raise ValueError(
+                    f"unknown step {step!r}; this pipeline's steps are {list(self.steps)}"
+                ) from None
+        if isinstance(step, (bool, np.bool_)) or not isinstance(step, (int, np.integer, str)):
+            raise TypeError(
+                f"`{argument}` must be a step index (int) or a step name (str), got "
+                f"{type(step).__name__}: {step!r}"
+            )
+        names = list(self.steps)
+        if isinstance(step, str):
+            if step in names:
+                return names.index(step)
+            if any(v.name == step for v in self.values):
+                raise ValueError(
+                    f"`{argument}` = {step!r} is a deterministic site (ctx.deterministic), not a "
+                    f"step that samples; use do_observation to replace its value. Steps: {names}"
+                )
             raise ValueError(
-                f"unknown step {step!r}; this pipeline's steps are {list(self.steps)}"
-            ) from None
+                f"`{argument}` = {step!r} is not a step of this pipeline; its steps are {names}"
+            )
+        if not 0 <= int(step) < len(names):
+            raise ValueError(
+                f"`{argument}` = {int(step)} is out of range: this pipeline has {len(names)} steps, "
+                f"indices 0..{len(names) - 1} ({names})"
+            )
+        return int(step)
 
     def site_index(self, step: str, slot: int) -> int:
         """The position in `sites` of the draw of `step` in `slot`."""

@@ -50,8 +50,9 @@ def step_order(mean_shapley) -> tuple[int, ...]:
 
 def largest_blame(shapley, total, steps, score_range, tolerance: float = TIE_TOLERANCE):
     """Per failure, every step whose Shapley value is within `tolerance * (s_max - s_min)` of
-    the largest (in `steps` order), or `()` when the total repair is within that of zero
-    (nothing to blame).
+    the largest (in `steps` order), or `()` when there is nothing to blame: the total repair
+    is within that of zero, or no step's Shapley value is above it (no fix helps; fixing
+    makes the run worse).
 
     **Arguments:**
     - `shapley`: `Float[ndarray, "A n"]`; `total`: `Float[ndarray, "A"]`, v(all) - v(empty).
@@ -62,9 +63,9 @@ def largest_blame(shapley, total, steps, score_range, tolerance: float = TIE_TOL
     ```python
     import numpy as np
     from blamejax.report import largest_blame
-    phi = np.array([[0.5, 0.5, 0.0], [0.0, 0.0, 0.0], [0.2, 0.7, 0.1]])
+    phi = np.array([[0.5, 0.5, 0.0], [0.0, 0.0, 0.0], [0.2, 0.7, 0.1], [0.0, -0.1, -0.4]])
     out = largest_blame(phi, phi.sum(1), ("a", "b", "c"), (0.0, 1.0))
-    assert out == (("a", "b"), (), ("b",))
+    assert out == (("a", "b"), (), ("b",), ())
     ```
     """
     shapley = np.asarray(shapley, np.float64)
@@ -76,16 +77,31 @@ def largest_blame(shapley, total, steps, score_range, tolerance: float = TIE_TOL
             out.append(())
             continue
         top = np.nanmax(phi)
+        if top <= tol:  # no fix helps: a harmful step is not "the largest blame"
+            out.append(())
+            continue
         out.append(tuple(steps[i] for i in np.flatnonzero(phi >= top - tol)))
     return tuple(out)
 
 
-def _label(names: tuple[str, ...]) -> str:
+def _repair_tolerance(result) -> float:
+    return TIE_TOLERANCE * (float(result.score_range[1]) - float(result.score_range[0]))
+
+
+def _label(result, a: int) -> str:
+    """Failure a's largest blame in words: the step(s), or why there is none."""
+    names = result.largest_blame[a]
+    total = float(result.total[a])
+    worse = total < -_repair_tolerance(result)
     if not names:
-        return "none (no repair)"
-    if len(names) == 1:
-        return names[0]
-    return ", ".join(names) + " (tied)"
+        if not worse:
+            return "none (no repair)"
+        phi = np.asarray(result.shapley[a], np.float64)
+        harm = result.steps[int(np.nanargmin(phi))] if np.isfinite(phi).any() else None
+        most = f" (most harmful fix: {harm})" if harm is not None else ""
+        return f"none: no step helps, fixing makes this run worse{most}"
+    text = names[0] if len(names) == 1 else ", ".join(names) + " (tied)"
+    return text + ("; fixing every step makes this run worse" if worse else "")
 
 
 def _worlds(result) -> int:
@@ -184,11 +200,16 @@ def _interval_text(lo, hi, clipped, sign: bool = True) -> str:
     return f"[{_bound(lo, clipped[0], sign)}, {_bound(hi, clipped[1], sign)}]"
 
 
+def closed(text: str) -> str:
+    """`text` with a closing full stop, unless it already ends a sentence (`.`, `?`, `!`)."""
+    text = text.strip()
+    return text if text.endswith((".", "?", "!")) else text + "."
+
+
 def _sentence(text: str) -> str:
     """`text` as a sentence: a capital first letter and a closing full stop."""
-    text = text.strip()
-    text = text[:1].upper() + text[1:]
-    return text if text.endswith((".", "?", "!")) else text + "."
+    text = closed(text)
+    return text[:1].upper() + text[1:]
 
 
 def _heading(result) -> list[str]:
@@ -216,13 +237,16 @@ def _largest_summary(result) -> str:
         if len(names) == 1:
             single[names[0]] = single.get(names[0], 0) + 1
     tied = sum(len(names) > 1 for names in labels)
-    none = sum(len(names) == 0 for names in labels)
+    worse = np.asarray(result.total, np.float64) < -_repair_tolerance(result)
+    harmful = sum(not names and bad for names, bad in zip(labels, worse, strict=True))
+    none = sum(len(names) == 0 for names in labels) - harmful
     order = [result.steps[i] for i in step_order(result.mean_shapley)]
     parts = ", ".join(f"{s} {single[s]}" for s in order if s in single)
     parts = f" ({parts})" if parts else ""
     return (
         f"Largest blame per failure (ties within {TIE_TOLERANCE:g} of the score range): one step in "
-        f"{sum(single.values())}{parts}, tied steps in {tied}, none (zero total repair) in {none}."
+        f"{sum(single.values())}{parts}, tied steps in {tied}, none (zero total repair) in {none}"
+        + (f", no step helps (fixing makes the run worse) in {harmful}." if harmful else ".")
     )
 
 
@@ -435,12 +459,13 @@ def _failures(result) -> list[str]:
         "<h3>Failures</h3>",
         f'<p class="muted">{esc(_order_note(result))} {esc(_drill_note(result))} Largest blame names '
         f"every step within {TIE_TOLERANCE:g} of the score range of the largest Shapley value, or "
-        "none when the total repair is zero.</p>",
+        "none when the total repair is zero or when no step's fix helps (fixing makes the run "
+        "worse).</p>",
     ]
     for a in range(result.num_analysed):
         fid = int(result.failure_ids[a])
         phi = np.asarray(result.shapley[a])
-        label = _label(result.largest_blame[a])
+        label = _label(result, a)
         out.append(
             f'<details data-failure="{fid}"><summary>#{a + 1}: case {fid}, score '
             f"{float(result.factual_score[a]):.3g}; v(∅) {float(result.empty[a]):.3f}, v(all) "

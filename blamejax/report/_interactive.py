@@ -10,7 +10,10 @@ every step), flips a coalition's pass/fail or sets its success rate, and the pag
 in the browser, per failure, Shapley, Banzhaf, fix-alone, leave-one-out and last-step blame,
 and the batch table (their means over failures, share of repair, fix-alone resolve rate,
 last-step share). Every control is a native button, checkbox, select or number input with a
-label, in reading order, so the page is used by keyboard alone.
+label, in reading order, so the page is used by keyboard alone. Its steps are listed as in every
+other report, by mean Shapley value, largest first (the result's `step_order`, embedded as
+`order`), and stay in that order while edits move the values; the coalition bits and the
+numbers the page returns keep the pipeline's order of `steps`.
 
 **Edits.** Setting a coalition's success rate to r gives it the score r in every world (its
 value, the mean over worlds, is then r); flipping a passing coalition (value >= threshold)
@@ -63,7 +66,7 @@ from importlib import resources
 import numpy as np
 
 from ..reduction import shapley_weights
-from ._batch import CAVEAT
+from ._batch import CAVEAT, closed
 
 
 def _check(result) -> None:
@@ -226,6 +229,7 @@ def page_data(result) -> dict:
     low, high = result.score_range
     return dict(
         steps=list(result.steps),
+        order=[result.steps.index(s) for s in result.step_order],  # how the page lists them
         sites=list(result.site_steps),
         site_player=[result.steps.index(s) if s in result.steps else -1 for s in result.site_steps],
         labels=_labels(result),
@@ -291,7 +295,7 @@ def interactive_html(result) -> str:
             f"<style>{_CSS}</style></head><body>",
             '<main class="bj-page" id="bj-app">',
             "<h1>blamejax: toggle fixes, edit coalitions, recompute blame</h1>",
-            f'<p class="muted">Noise mode <b>{esc(result.noise)}</b>: {esc(result.question)}. '
+            f'<p class="muted">Noise mode <b>{esc(result.noise)}</b>: {esc(closed(result.question))} '
             f"{result.num_analysed} failures analysed exactly; a run passes when its score is at least "
             f"{result.threshold:g}.</p>",
             '<p class="muted">Every number below is recomputed in this page after each edit, with the '

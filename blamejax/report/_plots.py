@@ -141,7 +141,7 @@ def _scatter(result, order, Figure, figsize):
     mean = np.asarray(result.mean_shapley, np.float64)
     rate = np.asarray(result.resolve_rate, np.float64)
     ax.scatter(mean[order], rate[order], color="#3366cc", zorder=3)
-    for i in order:
+    labels = [
         ax.annotate(
             result.steps[i],
             (mean[i], rate[i]),
@@ -149,6 +149,8 @@ def _scatter(result, order, Figure, figsize):
             xytext=(5, 4),
             fontsize=9,
         )
+        for i in order
+    ]
     top = max(float(np.nanmax(mean)), float(np.nanmax(rate)), 0.05) * 1.15
     low = min(0.0, float(np.nanmin(mean)))
     ax.plot([low, top], [low, top], color="#bbb", lw=0.8, ls="--", label="rate = Shapley")
@@ -158,4 +160,29 @@ def _scatter(result, order, Figure, figsize):
     ax.set_ylim(0, max(top, float(np.nanmax(rate)) * 1.1))
     ax.legend(fontsize=8, loc="upper left")
     ax.set_title("Fixing alone vs fair share", fontsize=11)
+    figure.draw_without_rendering()  # the layout, so that the labels have their final extents
+    _spread(labels, ax, figure.dpi / 72)
     return figure
+
+
+def _spread(labels, ax, pixels_per_point: float, gap: float = 1.0) -> None:
+    """Move labels apart so that no two overlap: in order (the reports' order), each label is
+    moved away from the axes' middle (up in the lower half, down in the upper half) just past
+    every earlier label it overlaps, until it overlaps none. Deterministic; display
+    coordinates, offsets in points."""
+    middle = ax.get_window_extent().y0 + ax.get_window_extent().height / 2
+    placed = []
+    for label in labels:
+        up = ax.transData.transform(label.xy)[1] < middle
+        for _ in range(len(placed) + 1):  # each move clears every label it hit
+            box = label.get_window_extent()
+            hits = [other for other in placed if box.overlaps(other)]
+            if not hits:
+                break
+            if up:
+                shift = max(other.y1 for other in hits) - box.y0
+            else:
+                shift = min(other.y0 for other in hits) - box.y1
+            x, y = label.xyann
+            label.xyann = (x, y + shift / pixels_per_point + (gap if up else -gap))
+        placed.append(label.get_window_extent())

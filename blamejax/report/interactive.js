@@ -5,6 +5,7 @@
   "use strict";
   var data = JSON.parse(document.getElementById("bj-data").textContent);
   var n = data.steps.length;
+  var order = data.order;  // the steps as every report lists them (by mean Shapley value)
   var size = 1 << n;
   var full = size - 1;
   var scores = [];
@@ -178,7 +179,7 @@
   }
   function coalitionName(m) {
     var names = [];
-    for (var i = 0; i < n; i++) if (m & (1 << i)) names.push(data.steps[i]);
+    order.forEach(function (i) { if (m & (1 << i)) names.push(data.steps[i]); });
     return names.length ? "{" + names.join(", ") + "}" : "{} (the failed run)";
   }
   function table(id, caption, head) {
@@ -205,7 +206,9 @@
   controls.appendChild(pick);
   var fixes = el("fieldset", { id: "bj-fixes" });
   fixes.appendChild(el("legend", null, "Steps that run their fix (the coalition)"));
-  var boxes = data.steps.map(function (step, i) {
+  var boxes = [];  // by step index; shown in the reports' order
+  order.forEach(function (i) {
+    var step = data.steps[i];
     var box = el("input", { type: "checkbox", id: "bj-fix-" + i });
     var label = el("label", { for: "bj-fix-" + i });
     label.appendChild(box);
@@ -215,7 +218,7 @@
       view.coalition = box.checked ? view.coalition | (1 << i) : view.coalition & ~(1 << i);
       render();
     });
-    return box;
+    boxes[i] = box;
   });
   controls.appendChild(fixes);
   var info = el("p", { id: "bj-coalition", "aria-live": "polite" });
@@ -269,7 +272,8 @@
       (count ? " (" + count + " coalition" + (count > 1 ? "s" : "") + " edited)" : ""),
       ["step", "mean Shapley", "mean Banzhaf", "mean fix-alone", "mean leave-one-out",
         "share of repair", "fix-alone resolves", "last-step blame"]);
-    data.steps.forEach(function (step, i) {
+    order.forEach(function (i) {
+      var step = data.steps[i];
       var tr = el("tr", { "data-step": step });
       tr.appendChild(el("td", null, step));
       tr.appendChild(numCell(b.shapley[i], 4, true));
@@ -313,7 +317,8 @@
     var rules = table("bj-rules", "Case " + data.failures[f].id + ": v(failed run) " + fmt(result.empty[f], 4) +
       ", v(all fixes) " + fmt(result.full[f], 4) + ", total repair " + fmt(result.total[f], 4, true),
       ["step", "Shapley", "Banzhaf", "fix-alone", "leave-one-out", "fix-alone resolves", "last-step blame"]);
-    data.steps.forEach(function (step, i) {
+    order.forEach(function (i) {
+      var step = data.steps[i];
       var tr = el("tr", { "data-step": step });
       tr.appendChild(el("td", null, step));
       tr.appendChild(numCell(result.shapley[f][i], 4, true));

@@ -24,10 +24,9 @@ from typing import Any, NamedTuple
 import jax.random as jr
 import numpy as np
 
-from ..noise import as_key, fold_in, stable_hash, world_key
+from ..noise import as_key, text_key, world_key
 from ._request import Request, canonical_json
 
-_TEXT_TAG = 0x54455854  # "TEXT": the family of text seeds, apart from every other draw
 SEED_LIMIT = 2**31  # seeds are in [0, 2**31): every server's seed type holds them
 
 
@@ -173,9 +172,10 @@ def check_text_requests(requests, *, name: str = "requests") -> list[TextRequest
 def text_seed(key, step: str, *, case: int = 0, world: int = 0, slot: int = 0) -> int:
     """The seed of `step`'s text in world `world` of case `case`, drawn from its noise.
 
-    The seed is the first word of the key ``fold_in(fold_in(fold_in(world_key(key, case,
-    world), TEXT), stable_hash(step)), slot)``, kept below 2**31: the same address scheme as
-    every draw of `bj.noise`, in a family of its own (so it never coincides with a Gumbel).
+    The seed is the first word of the key ``text_key(world_key(key, case, world), step,
+    slot)`` (`bj.noise.text_key`: ``fold_in(fold_in(fold_in(world, TEXT_TAG), stable_hash(step)),
+    slot)``), kept below 2**31: the same address scheme as every draw of `bj.noise`, in a
+    family of its own (so it never coincides with a Gumbel).
     World 0 is the recorded world (`bj.recorded_worlds`); the inferred worlds of
     `bj.traces.blame_runs` are 1 ... W. The same in every process and with or without
     64-bit mode.
@@ -202,8 +202,8 @@ def text_seed(key, step: str, *, case: int = 0, world: int = 0, slot: int = 0) -
             or not 0 <= int(value) < 2**32
         ):
             raise ValueError(f"`{name}` must be an integer in [0, 2**32), got {value!r}")
-    site = world_key(as_key(key), np.uint32(case), np.uint32(world))
-    site = fold_in(fold_in(fold_in(site, _TEXT_TAG), stable_hash(step)), np.uint32(slot))
+    world_of_case = world_key(as_key(key), np.uint32(case), np.uint32(world))
+    site = text_key(world_of_case, step, np.uint32(slot))
     return int(np.asarray(jr.key_data(site)).reshape(-1)[0]) % SEED_LIMIT
 
 

@@ -3,10 +3,10 @@
 replay reproduces a record.
 """
 
+from ..pipeline._plans import observed_plan as observed_plan
 from ._fidelity import ReplayFidelity as ReplayFidelity
 from ._fidelity import replay_fidelity as replay_fidelity
 from ._replay import replay as replay
 from ._worlds import fresh_worlds as fresh_worlds
 from ._worlds import inferred_worlds as inferred_worlds
-from ._worlds import observed_plan as observed_plan
 from ._worlds import recorded_worlds as recorded_worlds

@@ -13,9 +13,10 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from .._checks import check_worlds, leading_size
+from .._checks import check_observed
 from .._compile import compiled
-from ..pipeline import check_finite_logits, discover_batch, trace_run
+from .._game import discover_checked
+from ..pipeline import trace_run
 
 
 class ReplayFidelity(eqx.Module):
@@ -51,6 +52,9 @@ def replay_fidelity(pipeline: Callable, cases, worlds, observed) -> ReplayFideli
 
     **Returns:** a `ReplayFidelity`.
 
+    **Raises:** `TypeError`/`ValueError` naming the argument: malformed `cases` or `worlds`,
+    NaN logits, `observed` of the wrong shape or dtype, or an option outside a site's range.
+
     ```python
     import blamejax as bj
     pipeline, cases = bj.demos.refund_pipeline, bj.demos.refund_cases(8)
@@ -58,17 +62,8 @@ def replay_fidelity(pipeline: Callable, cases, worlds, observed) -> ReplayFideli
     assert bj.worlds.replay_fidelity(pipeline, cases, bj.recorded_worlds(0, 8), record).rate == 1.0
     ```
     """
-    num_cases = leading_size(cases)
-    structure = discover_batch(pipeline, cases)
-    observed = jnp.asarray(observed)
-    num_sites = len(structure.sites)
-    if observed.shape != (num_cases, num_sites) or not jnp.issubdtype(observed.dtype, jnp.integer):
-        raise ValueError(
-            f"`observed` must be an int array of shape [F, sites] = [{num_cases}, {num_sites}], "
-            f"got {observed.dtype}{list(observed.shape)}"
-        )
-    check_finite_logits(cases)
-    check_worlds(worlds, num_cases, structure)
+    structure, num_cases, _ = discover_checked(pipeline, cases, worlds)
+    observed = jnp.asarray(check_observed(observed, num_cases, structure))
     choice = _choices_function(pipeline, structure)(cases, worlds)  # [F, W, sites]
     match = (choice == observed[:, None, :].astype(choice.dtype)).astype(jnp.float32)
     multi = {s.step for s in structure.sites if s.slot > 0}

@@ -7,17 +7,10 @@ from collections.abc import Callable
 import jax
 import numpy as np
 
-from .._checks import check_mode, check_worlds, leading_size
+from .._checks import check_mode, check_plan
 from .._compile import compiled
-from ..pipeline import (
-    Hard,
-    Plan,
-    World,
-    check_finite_logits,
-    discover_batch,
-    factual_plan,
-    trace_run,
-)
+from .._game import discover_checked
+from ..pipeline import Hard, Plan, World, trace_run
 
 
 def replay(pipeline: Callable, cases, worlds: World, plan: Plan | None = None, mode=Hard()) -> dict:
@@ -40,24 +33,14 @@ def replay(pipeline: Callable, cases, worlds: World, plan: Plan | None = None, m
     out = bj.replay(bj.demos.refund_pipeline, cases, bj.recorded_worlds(0, 8))
     failed = out["score"][:, 0] < 1
     ```
+
+    **Raises:** `TypeError`/`ValueError` naming the argument (`blamejax._checks`): malformed
+    `cases` or `worlds`, NaN logits, a `mode` or `plan` of the wrong kind, a plan of another
+    pipeline; `ValueError` for a draw with no valid option.
     """
-    num_cases = leading_size(cases)
-    structure = discover_batch(pipeline, cases)
-    check_finite_logits(cases)
-    check_worlds(worlds, num_cases, structure)
+    structure, _, _ = discover_checked(pipeline, cases, worlds)
     mode = check_mode(mode)
-    if plan is None:
-        plan = factual_plan(structure)
-    elif not isinstance(plan, Plan):
-        raise TypeError(
-            f"`plan` must be a blamejax.Plan (or None for the factual run), got {type(plan).__name__}"
-        )
-    elif len(plan.steps) != structure.num_steps or len(plan.values) != len(structure.values):
-        raise ValueError(
-            f"`plan` has {len(plan.steps)} step plans and {len(plan.values)} value plans; this "
-            f"pipeline has {structure.num_steps} steps {list(structure.steps)} and "
-            f"{len(structure.values)} deterministic sites"
-        )
+    plan = check_plan(plan, structure)
     out = _replay_function(pipeline, structure, mode, _plan_features(plan))(cases, worlds, plan)
     invalid = np.asarray(out["invalid"]).any(axis=-1)  # [F, W]: some draw had no valid option
     if invalid.any():

@@ -17,20 +17,17 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Int
 
 from .._checks import as_key, check_memory, leading_size
 from .._compile import compiled
 from ..noise import abduct_gumbels, abduction_key, stable_hash, world_key
 from ..pipeline import (
-    Plan,
-    Structure,
     World,
     check_finite_logits,
     discover_batch,
-    factual_plan,
     trace_run,
 )
+from ..pipeline._plans import observed_plan
 
 
 def _case_ids(case_ids) -> np.ndarray:
@@ -92,12 +89,6 @@ def _check_world_memory(num_cases: int, num_worlds: int, options: int) -> None:
         f"`num_worlds` = {num_worlds} for {num_cases} case" + ("s" if num_cases != 1 else ""),
         "ask for fewer worlds, or blame fewer cases per call",
     )
-
-
-def observed_plan(structure: Structure, observed: Int[Array, " sites"]) -> Plan:
-    """The factual plan with every draw forced to its observed option."""
-    plan = factual_plan(structure)
-    return plan._replace(forced_sites=tuple(observed[i] for i in range(len(structure.sites))))
 
 
 def inferred_worlds(

@@ -1,60 +1,121 @@
-"""The plan machinery under the do-operators: argument checks, the downstream rule, batches.
+"""Plans: what each step does in one run, and every way blamejax builds one.
 
-Every do-operator (`do_resample`, `do_action`, `do_context`, `do_policy`,
-`do_observation`) starts from a plan (`start_of`), edits one step's
-fields (`set_step`) and then applies the downstream-noise rule (`downstream_plan`, one of
-`DOWNSTREAM`) to the later steps; those shared pieces live here. So do `full_plan` and
-`stack_plans`: they give plans built by different interventions one pytree structure and
-stack them into one batch for `bj.pipeline.plan_values`.
+A `Plan` holds one `StepPlan` per step (its variant, its noise stream, a forced option, a
+shift of its logits), one optional `ValuePlan` per deterministic site, and optionally a
+forced option per draw site. The factual run, a coalition's run (a step runs its fix when
+its bit is set), a replay of observed choices and the do-operators' edits are all plans,
+built here; `full_plan` and `stack_plans` give plans from different builders one pytree
+structure and stack them into a batch for `bj.pipeline.plan_values`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Int
+from jaxtyping import Array, Bool, Float, Int
 
-from ..pipeline import Plan, StepPlan, Structure, ValuePlan, factual_plan
+from ._structure import Structure
+
+
+class StepPlan(NamedTuple):
+    """What one step does in one run. Every field is a scalar array, one per step, so that
+    batching one step's plan never batches another step's computation.
+
+    - `variant`: `Int[Array, ""]`, 0 = factual, v >= 1 = fix v.
+    - `noise`: `Int[Array, ""]`, -1 = the world's noise (override where valid, otherwise
+      addressed); r >= 0 = fresh noise stream r (used to resample a step).
+    - `forced`: `Int[Array, ""]`, -1 = sample; a >= 0 = force option a in every slot.
+    - `shift`: `None` (the default: no change, no cost) or `Float[Array, "K"]`, added to
+      every logits row the step decides from (`do_context`); `-inf` removes an option.
+    """
+
+    variant: Int[Array, ""]
+    noise: Int[Array, ""]
+    forced: Int[Array, ""]
+    shift: Float[Array, " K"] | None = None
+
+
+class ValuePlan(NamedTuple):
+    """Override of a deterministic site: `active` (bool scalar) and the `value` to use."""
+
+    active: Bool[Array, ""]
+    value: Any
+
+
+class Plan(NamedTuple):
+    """A plan for every step (`steps`, in the structure's order), every deterministic
+    site (`values`, `None` entries mean "no override"), and optionally a forced option
+    per draw site (`forced_sites`, -1 = not forced; used to replay observed choices), and
+    optionally the steps' variants as one array (`variants`, the same values as `steps`)."""
+
+    steps: tuple[StepPlan, ...]
+    values: tuple[ValuePlan | None, ...]
+    forced_sites: tuple | None = None
+    # `None`, or every step's `variant` again as one `Int[Array, "steps"]` (a coalition's
+    # plan built from a mask): a context that defers its draws reads the variants of many
+    # steps from it in one gather instead of stacking the steps' scalars.
+    variants: Int[Array, " steps"] | None = None
+
+
+def factual_plan(structure) -> Plan:
+    """The plan of the run as it happened: every step factual, world noise, no forcing."""
+    zero = np.int32(0)
+    none = np.int32(-1)
+    steps = tuple(StepPlan(zero, none, none) for _ in structure.steps)
+    return Plan(steps=steps, values=tuple(None for _ in structure.values))
+
+
+def coalition_plan(structure: Structure, bits: Sequence, fix_variants: Sequence[int]) -> Plan:
+    """The plan in which step i runs fix `fix_variants[i]` when `bits[i]` is 1 and its
+    factual variant otherwise. `bits[i]` is `None` for a step that is not a player."""
+    none = np.int32(-1)
+    steps = []
+    for bit, fix in zip(bits, fix_variants):
+        variant = np.int32(0) if bit is None else bit * np.int32(fix)
+        steps.append(StepPlan(variant=variant, noise=none, forced=none))
+    return Plan(steps=tuple(steps), values=tuple(None for _ in structure.values))
+
+
+def mask_plan(
+    structure: Structure, players: Sequence[int], fix_variants: Sequence[int], mask
+) -> Plan:
+    """The plan of one coalition given as a boolean mask over `players` (`Bool[Array, "n"]`):
+    player j runs fix `fix_variants[j]` where `mask[j]`, its factual variant otherwise."""
+    bits = [None] * structure.num_steps
+    fixes = [0] * structure.num_steps
+    # One conversion of the whole mask, then a slice per player; and the variants again as
+    # one array (`Plan.variants`), for a context that defers its draws.
+    mask = jnp.asarray(mask).astype(jnp.int32)
+    for j, (p, f) in enumerate(zip(players, fix_variants)):
+        bits[p] = mask[j]
+        fixes[p] = f
+    plan = coalition_plan(structure, bits, fixes)
+    chosen = mask * jnp.asarray(np.asarray(fix_variants, np.int32))
+    if list(players) == list(range(structure.num_steps)):  # every step a player, in order
+        return plan._replace(variants=chosen)
+    variants = jnp.zeros((structure.num_steps,), jnp.int32)
+    return plan._replace(variants=variants.at[np.asarray(players, np.int32)].set(chosen))
+
+
+def observed_plan(structure: Structure, observed: Int[Array, " sites"]) -> Plan:
+    """The factual plan with every draw forced to its observed option."""
+    plan = factual_plan(structure)
+    return plan._replace(forced_sites=tuple(observed[i] for i in range(len(structure.sites))))
+
+
+# --------------------------------------------------------------------------------------
+# The do-operators' plans: a start, one step's fields edited, the downstream rule.
+# --------------------------------------------------------------------------------------
+
 
 DOWNSTREAM = ("held", "fresh", "direct")
 """What the steps after an intervened step may do (`downstream=`): keep the world's noise
 (`"held"`), re-draw from a fresh stream (`"fresh"`), or repeat their factual choices
 (`"direct"`)."""
-
-
-# -- argument checks ----------------------------------------------------------------------
-def step_index(structure: Structure, step, argument: str = "step") -> int:
-    """The index of `step` (an int index or a step name) in `structure.steps`.
-
-    **Raises:** `TypeError` for another type; `ValueError` for an index out of range, an
-    unknown name, or the name of a deterministic site (which does not sample).
-    """
-    if isinstance(step, (bool, np.bool_)) or not isinstance(step, (int, np.integer, str)):
-        raise TypeError(
-            f"`{argument}` must be a step index (int) or a step name (str), got "
-            f"{type(step).__name__}: {step!r}"
-        )
-    names = list(structure.steps)
-    if isinstance(step, str):
-        if step in names:
-            return names.index(step)
-        if any(v.name == step for v in structure.values):
-            raise ValueError(
-                f"`{argument}` = {step!r} is a deterministic site (ctx.deterministic), not a "
-                f"step that samples; use do_observation to replace its value. Steps: {names}"
-            )
-        raise ValueError(
-            f"`{argument}` = {step!r} is not a step of this pipeline; its steps are {names}"
-        )
-    if not 0 <= int(step) < len(names):
-        raise ValueError(
-            f"`{argument}` = {int(step)} is out of range: this pipeline has {len(names)} steps, "
-            f"indices 0..{len(names) - 1} ({names})"
-        )
-    return int(step)
 
 
 def scalar_index(value, upper: int | None, label: str):
@@ -165,7 +226,11 @@ def after_step(structure: Structure, k: int):
     return later_steps, later_sites
 
 
-# -- batches of plans -----------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
+# Batches of plans.
+# --------------------------------------------------------------------------------------
+
+
 def full_plan(structure: Structure, plan: Plan) -> Plan:
     """`plan` with every optional field filled in (zero shifts, inactive value overrides,
     no forced sites), so that plans built by different interventions share one pytree
