@@ -241,8 +241,8 @@ def coverage(n, num_games, seeds_per_game, seed, log):
             key=seed,
             max_evaluations=2 + (n - 1) * 2000,
             radius=radius,
-            t1=4,
-            gamma=1.5,
+            first_checkpoint=4,
+            growth=1.5,
             epsilon=0.01,
             history=True,
         )
@@ -711,8 +711,8 @@ def main(argv=None) -> int:
             )
     lines.append("")
     lines.append(
-        f"Coverage, delta = 0.1 per run, {num_runs} adaptive runs (top-1 rule, epsilon = 0.01, t1 = 4, "
-        "gamma = 1.5, n = 16): runs in which some interval at some checkpoint up to stopping missed "
+        f"Coverage, delta = 0.1 per run, {num_runs} adaptive runs (top-1 rule, epsilon = 0.01, first_checkpoint = 4, "
+        "growth = 1.5, n = 16): runs in which some interval at some checkpoint up to stopping missed "
         "the exact value (137 is the 1 - 1e-4 quantile of Binomial(1000, 0.1)).\n"
     )
     lines.append("| radius | runs missed | median orders at stop |")

@@ -194,7 +194,7 @@ def profile_floor(n: int = 12, num_failures: int = 512) -> list[str]:
     reduction = timed(
         jax.jit(jax.vmap(lambda v: bj.attribute(v, interactions=False).shapley)), values
     )
-    call = timed(lambda: bj.exact_blame(pipeline, tables, worlds, chunk_size=num_failures))
+    call = timed(lambda: bj.exact_blame(pipeline, tables, worlds, block_size=num_failures))
     per = lambda s: f"{s / (num_failures << n) * 1e9:.2f} ns"  # noqa: E731
     return [
         f"### The floor at n = {n}, {num_failures} failures x 1 world (one default chunk)",
@@ -218,19 +218,19 @@ def profile_chunks(n: int = 12, num_failures: int = 8192, sizes=(128, 512, 2048)
     tables, worlds, pipeline = bench_inputs(n, num_failures, 1)
     rows, reference = [], None
     for size in sizes:
-        call = lambda size=size: bj.exact_blame(pipeline, tables, worlds, chunk_size=size).shapley  # noqa: E731
+        call = lambda size=size: bj.exact_blame(pipeline, tables, worlds, block_size=size).shapley  # noqa: E731
         first, steady = timed(call, calls=7)
         values = np.asarray(call())
         reference = values if reference is None else reference
         if not np.array_equal(values, reference):
-            raise SystemExit(f"chunk_size {size} changed the Shapley values")
+            raise SystemExit(f"block_size {size} changed the Shapley values")
         rows.append(
             f"| {size} | {first:.2f} s | {steady * 1e3:.1f} ms | {steady / (num_failures << n) * 1e9:.2f} ns |"
         )
     return [
         f"### Failures per compiled call, n = {n}, {num_failures} failures x 1 world",
         "",
-        "| chunk_size | first call | steady | per coalition |",
+        "| block_size | first call | steady | per coalition |",
         "|---|---|---|---|",
         *rows,
         "",

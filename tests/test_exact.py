@@ -74,7 +74,7 @@ def test_chunks_and_world_groups_agree(monkeypatch, getkey):
     cases = random_chain_cases(getkey(), 5, num_cases=7)
     worlds = bj.fresh_worlds(getkey(), 7, 4)
     whole = bj.exact_blame(chain_pipeline, cases, worlds)
-    chunked = bj.exact_blame(chain_pipeline, cases, worlds, chunk_size=2)
+    chunked = bj.exact_blame(chain_pipeline, cases, worlds, block_size=2)
     monkeypatch.setattr(_exact, "DEFAULT_BUDGET", 64)  # forces worlds to be scanned in groups
     grouped = bj.exact_blame(chain_pipeline, cases, worlds)
     np.testing.assert_allclose(chunked.shapley, whole.shapley, atol=1e-6)

@@ -50,14 +50,14 @@ def test_exact_blame_stops_after_the_chunk_a_ctrl_c_came_in(monkeypatch, capsys,
     with pytest.raises(
         KeyboardInterrupt, match=r"after 4 of 6 failures; nothing was kept: .*checkpoint=PATH"
     ):
-        bj.exact_blame(bj.demos.refund_pipeline, cases, worlds, chunk_size=2)
+        bj.exact_blame(bj.demos.refund_pipeline, cases, worlds, block_size=2)
     assert len(calls) == 2  # the third chunk never ran
     assert (
         "exact_blame: Ctrl-C received; stopping after the current chunk" in capsys.readouterr().err
     )
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
     monkeypatch.undo()  # and the next call runs to the end
-    assert bj.exact_blame(bj.demos.refund_pipeline, cases, worlds, chunk_size=2).shapley.shape == (
+    assert bj.exact_blame(bj.demos.refund_pipeline, cases, worlds, block_size=2).shapley.shape == (
         6,
         4,
     )
@@ -69,7 +69,13 @@ def test_mc_shapley_keeps_the_estimates_of_the_checkpoint_a_ctrl_c_came_in(
     cases, worlds = failures
     # a rule that never fires: every failure runs through every checkpoint
     kwargs = dict(
-        key=1, max_evaluations=20_000, stop="width", epsilon=1e-9, t1=4, gamma=2.0, history=True
+        key=1,
+        max_evaluations=20_000,
+        stop="width",
+        epsilon=1e-9,
+        first_checkpoint=4,
+        growth=2.0,
+        history=True,
     )
     full = bj.mc_shapley(bj.demos.refund_pipeline, cases, worlds, **kwargs)
     module = _mc_module()
@@ -114,7 +120,7 @@ def _announce():
     print("ready", flush=True)
 threading.Thread(target=_announce, daemon=True).start()
 if sys.argv[1] == "exact":
-    bj.exact_blame(bj.demos.agent8_pipeline, cases, worlds, chunk_size=4)
+    bj.exact_blame(bj.demos.agent8_pipeline, cases, worlds, block_size=4)
 else:
     bj.mc_shapley(bj.demos.agent8_pipeline, cases, worlds, key=0, max_evaluations=10**9, stop="width", epsilon=1e-9)
 print("finished", flush=True)

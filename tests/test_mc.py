@@ -194,8 +194,8 @@ def test_converges_to_exact_like_one_over_sqrt_t(antithetic):
         stop="width",
         epsilon=1e-9,
         history=True,
-        t1=64,
-        gamma=2.0,
+        first_checkpoint=64,
+        growth=2.0,
         antithetic=antithetic,
     )
     hist = result.history
@@ -323,8 +323,8 @@ def test_coverage_of_anytime_intervals():
         delta=0.1,
         max_evaluations=2 + 7 * 1000,
         stop="top1",
-        t1=4,
-        gamma=1.5,
+        first_checkpoint=4,
+        growth=1.5,
         history=True,
     )
     bernstein = misses(result.history, exact)
@@ -441,17 +441,17 @@ def test_stopped_failure_spends_nothing_more():
     same batch runs to the budget; after the first stops, the work done is the survivor's
     (plus at most one iteration of idle lanes per checkpoint)."""
     tables = np.stack([unanimity(4, 1), unanimity(4, 15)])
-    t1, budget, lanes = 8, 4000, 32
+    first_checkpoint, budget, lanes = 8, 4000, 32
     result = bj.mc_shapley(
         GAME4,
         game_cases(tables),
         bj.recorded_worlds(0, 2),
         key=6,
         max_evaluations=2 + 3 * budget,
-        t1=t1,
+        first_checkpoint=first_checkpoint,
         lanes=lanes,
     )
-    schedule = bj.stats.checkpoints(t1, 1.25, budget)
+    schedule = bj.stats.checkpoints(first_checkpoint, 1.25, budget)
     # Dictator: step 0's marginal is always 1, the others' always 0 (zero variance), so it
     # separates when the range term of the radius drops below 1/2 (R = 2).
     k_stop = next(
@@ -482,7 +482,7 @@ def test_no_recompile_across_checkpoints():
             np.tile(majority(5, 3), (2, 1)),
         ]
     ).astype(np.float32)
-    kw = dict(max_evaluations=2 + 4 * 3000, t1=4, gamma=1.5, epsilon=0.02)
+    kw = dict(max_evaluations=2 + 4 * 3000, first_checkpoint=4, growth=1.5, epsilon=0.02)
     before = trace_count("mc.advance")
     result = bj.mc_shapley(pipeline, game_cases(tables), bj.recorded_worlds(0, 16), key=8, **kw)
     assert len(set(np.asarray(result.num_samples).tolist())) >= 3  # stopped at different times
@@ -535,7 +535,7 @@ def test_intervals_use_the_declared_range():
             score_range=(0.0, 2.0),
             radius=radius,
             max_evaluations=2 + 3 * 300,
-            t1=8,
+            first_checkpoint=8,
         )
         t = np.asarray(result.num_samples)[:, None].astype(np.float64)
         var = np.asarray(result.variance, np.float64)
@@ -579,7 +579,7 @@ def test_reproducible_and_independent_of_batching():
     a = bj.mc_shapley(*args, key=14, lanes=32, **kw)
     b = bj.mc_shapley(*args, key=14, lanes=32, **kw)
     # 2 failure slots per call (3 calls per checkpoint) and the default 4096 lanes
-    c = bj.mc_shapley(*args, key=jr.key(14), chunk_size=2, **kw)
+    c = bj.mc_shapley(*args, key=jr.key(14), block_size=2, **kw)
     np.testing.assert_array_equal(a.values, b.values)
     np.testing.assert_array_equal(a.num_samples, c.num_samples)
     np.testing.assert_allclose(a.values, c.values, atol=1e-6)
@@ -748,7 +748,11 @@ def test_deferred_draws_give_the_same_estimates(name, monkeypatch):
     monkeypatch.setattr(
         _context, "_resolve_chain", lambda *a, **k: resolved.append(1) or resolve(*a, **k)
     )
-    settings = [dict(stop=()), dict(stop=(), antithetic=True), dict(epsilon=0.05, t1=8)]
+    settings = [
+        dict(stop=()),
+        dict(stop=(), antithetic=True),
+        dict(epsilon=0.05, first_checkpoint=8),
+    ]
 
     def run():
         bj.clear_caches()
@@ -837,7 +841,11 @@ def test_ends_in_the_loop_trace_the_pipeline_once(monkeypatch):
         )
         return result, len(calls) - before
 
-    settings = [dict(stop=()), dict(stop=(), antithetic=True), dict(epsilon=0.05, t1=8)]
+    settings = [
+        dict(stop=()),
+        dict(stop=(), antithetic=True),
+        dict(epsilon=0.05, first_checkpoint=8),
+    ]
     bj.clear_caches()
     merged = [run(12, **kw) for kw in settings]
     assert prefixes.ends_in_loop(12) and not prefixes.ends_in_loop(6)
@@ -870,7 +878,8 @@ def test_errors_name_the_argument():
     with pytest.raises(TypeError, match="max_evaluations"):
         bj.mc_shapley(GAME4, cases, worlds, **kw)
     with pytest.raises(
-        ValueError, match="does not reach the first checkpoint: t1 = 16 samples cost 50"
+        ValueError,
+        match="does not reach the first checkpoint: first_checkpoint = 16 samples cost 50",
     ):
         bj.mc_shapley(GAME4, cases, worlds, max_evaluations=40, **kw)
     # A fixed budget has one checkpoint, the budget: two samples (2 + 2 x 3 = 8) suffice.

@@ -81,18 +81,18 @@ def test_checkpoints_by_hand():
     assert bj.stats.checkpoints(5, 3.0, 5) == (5,)
     # 10 * 1.1^k: 10, 11, 12.1, 13.31, 14.64, 16.11 -> 10, 11, 13, 14, 15, 17 (11, not 12)
     assert bj.stats.checkpoints(10, 1.1, 100)[:6] == (10, 11, 13, 14, 15, 17)
-    # gamma close to 1: repeated values are dropped, the schedule stays strictly increasing
+    # growth close to 1: repeated values are dropped, the schedule stays strictly increasing
     schedule = bj.stats.checkpoints(2, 1.05, 40)
     assert schedule[:3] == (2, 3, 4) and all(b > a for a, b in zip(schedule, schedule[1:]))
     assert schedule[-1] == 40
 
 
 def test_checkpoint_errors():
-    with pytest.raises(ValueError, match="`t1` must be an int >= 2"):
+    with pytest.raises(ValueError, match="`first_checkpoint` must be an int >= 2"):
         bj.stats.checkpoints(1, 2.0, 10)
-    with pytest.raises(ValueError, match="`gamma` must be a finite number > 1"):
+    with pytest.raises(ValueError, match="`growth` must be a finite number > 1"):
         bj.stats.checkpoints(2, 1.0, 10)
-    with pytest.raises(ValueError, match="`budget` must be an int >= t1 = 4"):
+    with pytest.raises(ValueError, match="`budget` must be an int >= first_checkpoint = 4"):
         bj.stats.checkpoints(4, 2.0, 3)
 
 

@@ -42,6 +42,7 @@ import blamejax as bj
 
 from ..coalitions import mask_values
 from ..differentiable import fit_fixes, shapley_values
+from ..noise import FIT_SPLIT_TAG
 from ..pipeline import Hard, Relaxed
 from ..report import write_json
 from ..stats import wilson_interval
@@ -250,7 +251,7 @@ def fit_rag_fix(
         raise ValueError(
             f"need at least 4 failures to split, got {failed.size} of {num_cases} cases"
         )
-    order = np.asarray(jr.permutation(jr.fold_in(jr.key(seed), 0xF17), failed.size))
+    order = np.asarray(jr.permutation(jr.fold_in(jr.key(seed), FIT_SPLIT_TAG), failed.size))
     half = failed.size // 2
     train_ids, test_ids = np.sort(failed[order[:half]]), np.sort(failed[order[half:]])
     pick = lambda ids: jax.tree_util.tree_map(lambda x: x[ids], cases)  # noqa: E731

@@ -21,7 +21,7 @@ from jaxtyping import Array, Float
 import blamejax as bj
 
 from ..coalitions import mask_plan
-from ..noise import as_key, world_key
+from ..noise import NOISE_SHARING_TAG, as_key, world_key
 from ..pipeline import Hard, World, run_score
 
 
@@ -78,7 +78,9 @@ def noise_sharing_gain(
 
     def one_failure(case, case_id):
         def one_order(p):
-            order = jr.permutation(jr.fold_in(jr.fold_in(key, 0x5EED), case_id * 100_003 + p), n)
+            order = jr.permutation(
+                jr.fold_in(jr.fold_in(key, NOISE_SHARING_TAG), case_id * 100_003 + p), n
+            )
             masks = jnp.zeros((n + 1, n), bool).at[:, order].set(jnp.asarray(prefix))
             shared_world = World(key=world_key(key, case_id, p + 1))
             base = 1 + num_permutations + p * (n + 1)

@@ -188,12 +188,12 @@ def advance_function(game: Game, antithetic: bool, lanes: int):
     return jax.jit(advance)
 
 
-def slots_per_call(num_failures: int, chunk_size: int) -> int:
+def slots_per_call(num_failures: int, block_size: int) -> int:
     """Failure slots per compiled call: the smallest power of two >= F and >= `_MIN_SLOTS`,
     capped at the chunk size. Fixed for a whole run, so the run compiles once; and batches of
     up to `_MIN_SLOTS` failures share one compiled function. Unused slots cost almost
     nothing: lanes go to active failures only."""
-    return min(chunk_size, max(_MIN_SLOTS, 1 << max(0, (num_failures - 1).bit_length())))
+    return min(block_size, max(_MIN_SLOTS, 1 << max(0, (num_failures - 1).bit_length())))
 
 
 def lanes_per_iteration(num_slots: int, unit_cost: int, lanes: int | None) -> int:

@@ -25,6 +25,7 @@ import numpy as np
 
 from .._checks import as_key, check_scores_in_range, leading_size
 from .._game import Game, make_game
+from ..noise import BATCH_MC_TAG, INFERRED_TAG
 from ..pipeline import Hard, World, check_finite_logits
 from ..stats import INTERVAL_RULES, checkpoint_interval, checkpoints, top_separated_at
 from ..worlds import fresh_worlds, inferred_worlds, recorded_worlds
@@ -621,7 +622,7 @@ def _worlds(settings: BatchSettings, sub_cases, ids, choices) -> World:
 
 def _inferred_key(key):
     """The root key of the inferred worlds (the front's and the analysis's are the same)."""
-    return jr.fold_in(key, 0xABD)
+    return jr.fold_in(key, INFERRED_TAG)
 
 
 def _analyse(settings: BatchSettings, cases, worlds, start: int, case_ids) -> dict:
@@ -660,9 +661,8 @@ def _analyse(settings: BatchSettings, cases, worlds, start: int, case_ids) -> di
         # The structured path scores no coalition on its own: it counts its direct runs.
         runs = 2 + n if result.method == "structured" else 1 << n
         return dict(out, evaluations=num_f * num_w * runs)
-    key = jr.fold_in(
-        settings.key, 0
-    )  # failure i of the stream: fold_in(key, i), whatever its block
+    # Failure i of the stream takes fold_in(key, i), whatever its block.
+    key = jr.fold_in(settings.key, BATCH_MC_TAG)
     function = mc_function(game, settings.num_permutations)
     estimate, empty, full, last, resolve, low, high, nan = over_failures(  # split over devices
         function, cases, worlds, key, settings.threshold, jnp.int32(start)

@@ -317,7 +317,7 @@ def exact_blame(
     interactions: bool = False,
     mode=Hard(),
     max_steps: int = DEFAULT_MAX_STEPS,
-    chunk_size: int | None = None,
+    block_size: int | None = None,
     devices: Sequence | None = None,
     method: str = "auto",
 ) -> ExactResult:
@@ -345,7 +345,7 @@ def exact_blame(
       game's multilinear extension exactly, in O(n^2) per failure and world for a chain,
       instead of scoring 2^n coalitions. Both give the same values up to rounding;
       `result.method` says which ran.
-    - `chunk_size`: failures per compiled call (a power of two). By default chosen so that
+    - `block_size`: failures per compiled call (a power of two). By default chosen so that
       a call holds at most about 2 million scores; memory is bounded by it, not by F.
     - `devices`: the devices to spread each call's failures over (`jax.sharding`: a 1-D
       `Mesh` and the failure axis sharded along it). Default: every device of the default
@@ -374,7 +374,7 @@ def exact_blame(
         worlds,
         interactions=interactions,
         max_steps=max_steps,
-        chunk_size=chunk_size,
+        block_size=block_size,
         devices=devices,
         interruptible=True,
         method=method,
@@ -390,7 +390,7 @@ def exact_run(
     *,
     interactions=False,
     max_steps=DEFAULT_MAX_STEPS,
-    chunk_size=None,
+    block_size=None,
     devices=None,
     threshold=None,
     case_ids=None,
@@ -415,7 +415,7 @@ def exact_run(
     again = dict(
         interactions=interactions,
         max_steps=max_steps,
-        chunk_size=chunk_size,
+        block_size=block_size,
         devices=devices,
         threshold=threshold,
         case_ids=case_ids,
@@ -430,18 +430,18 @@ def exact_run(
     n = game.num_players
     method, elim, graph = resolve_method(game, cases, method, max_steps)
     num_worlds = check_worlds(worlds, num_failures, structure)
-    if chunk_size is not None and (
-        not isinstance(chunk_size, int) or chunk_size < 1 or chunk_size & (chunk_size - 1)
+    if block_size is not None and (
+        not isinstance(block_size, int) or block_size < 1 or block_size & (block_size - 1)
     ):
-        raise ValueError(f"`chunk_size` must be a positive power of two, got {chunk_size!r}")
+        raise ValueError(f"`block_size` must be a positive power of two, got {block_size!r}")
     if method == "structured":
-        if chunk_size is None:
+        if block_size is None:
             nodes = 1 + -(-n // 2)
             per_failure = num_worlds * len(structure.sites) * nodes * elim.width
             if interactions:
                 per_failure *= max(1, n)
-            chunk_size = max(1, STRUCTURED_BUDGET // per_failure)
-            chunk_size = 1 << (chunk_size.bit_length() - 1)
+            block_size = max(1, STRUCTURED_BUDGET // per_failure)
+            block_size = 1 << (block_size.bit_length() - 1)
         function = _structured_function(game, elim, graph, interactions)
     else:
         size = 1 << n
@@ -450,17 +450,17 @@ def exact_run(
             world_group -= 1
             while num_worlds % world_group:
                 world_group -= 1
-        if chunk_size is None:
-            chunk_size = max(1, DEFAULT_BUDGET // (world_group * size))
-            chunk_size = 1 << (chunk_size.bit_length() - 1)
+        if block_size is None:
+            block_size = max(1, DEFAULT_BUDGET // (world_group * size))
+            block_size = 1 << (block_size.bit_length() - 1)
         function = _chunk_function(game, interactions, world_group, rows_per_world)
     sharding = failure_sharding(devices)
     width = num_shards(sharding)
-    chunk_size = max(chunk_size, width)
+    block_size = max(block_size, width)
     pieces, stats = [], []
-    for start in range(0, num_failures, chunk_size):
-        stop = min(start + chunk_size, num_failures)
-        count = stop - start if fixed_shape else _bucket(stop - start, chunk_size)
+    for start in range(0, num_failures, block_size):
+        stop = min(start + block_size, num_failures)
+        count = stop - start if fixed_shape else _bucket(stop - start, block_size)
         bucket = -(-count // width) * width  # whole rows per device
         if start == 0 and bucket == num_failures:
             chunk_cases, chunk_worlds = cases, worlds  # one call, no padding: no copies

@@ -146,11 +146,11 @@ def mc_shapley(
     radius: str = "bernstein",
     stop: str | Sequence[str] = ("top1",),
     epsilon: float = 0.0,
-    t1: int = 16,
-    gamma: float = 1.25,
+    first_checkpoint: int = 16,
+    growth: float = 1.25,
     antithetic: bool = False,
     mode=Hard(),
-    chunk_size: int = 1024,
+    block_size: int = 1024,
     lanes: int | None = None,
     history: bool = False,
     devices: Sequence | None = None,
@@ -160,7 +160,7 @@ def mc_shapley(
     own.
 
     Intervals are formed, and stopping decided, only at the checkpoints
-    `blamejax.stats.checkpoints(t1, gamma, T)` (T the largest sample count `max_evaluations`
+    `blamejax.stats.checkpoints(first_checkpoint, growth, T)` (T the largest sample count `max_evaluations`
     allows; with no stopping rule, T is the only checkpoint), the one of step i at
     checkpoint k at level `blamejax.stats.checkpoint_delta(delta, n, k)`. With the `"bernstein"`
     (default) or `"hoeffding"` radius, for each failure, with probability at least
@@ -200,12 +200,12 @@ def mc_shapley(
       only) or `"normal"` (asymptotic, no finite-sample guarantee).
     - `stop`: a rule name or a tuple of them (see above); `()` for a fixed budget.
     - `epsilon`: the indifference margin of the rules (and the width of `"width"`).
-    - `t1`, `gamma`: the checkpoint schedule (`t1 >= 2`, `gamma > 1`).
+    - `first_checkpoint`, `growth`: the checkpoint schedule (`first_checkpoint >= 2`, `growth > 1`).
     - `antithetic`: sample each order with its reverse; the pair mean is one sample. It
       helps when an order's and its reverse's marginals are negatively correlated and can
       double the variance per evaluation otherwise (see `blamejax.reduction.sampling_variance`).
     - `mode`: `Hard()` or `Relaxed(tau)`.
-    - `chunk_size`: the most failures per compiled call (a power of two); more failures
+    - `block_size`: the most failures per compiled call (a power of two); more failures
       are processed in several calls of the same compiled function.
     - `lanes`: samples per loop iteration, shared by the active failures (at least the
       number of failure slots); by default about 16384 evaluations' worth.
@@ -241,10 +241,10 @@ def mc_shapley(
         radius,
         stop,
         epsilon,
-        t1,
-        gamma,
+        first_checkpoint,
+        growth,
         antithetic,
-        chunk_size,
+        block_size,
         lanes,
         history,
     )
@@ -295,10 +295,10 @@ def _mc_settings(
     radius,
     stop,
     epsilon,
-    t1,
-    gamma,
+    first_checkpoint,
+    growth,
     antithetic,
-    chunk_size,
+    block_size,
     lanes,
     history,
 ) -> MCSettings:
@@ -320,8 +320,8 @@ def _mc_settings(
     epsilon = float(epsilon)
     if not isinstance(antithetic, bool):
         raise TypeError(f"`antithetic` must be a bool, got {antithetic!r}")
-    if not isinstance(chunk_size, int) or chunk_size < 1 or chunk_size & (chunk_size - 1):
-        raise ValueError(f"`chunk_size` must be a positive power of two, got {chunk_size!r}")
+    if not isinstance(block_size, int) or block_size < 1 or block_size & (block_size - 1):
+        raise ValueError(f"`block_size` must be a positive power of two, got {block_size!r}")
     if lanes is not None and (not isinstance(lanes, int) or isinstance(lanes, bool) or lanes < 1):
         raise ValueError(f"`lanes` must be None or a positive int, got {lanes!r}")
     orders_per_sample = 2 if antithetic else 1
@@ -330,22 +330,32 @@ def _mc_settings(
     fixed_cost = 2 * num_worlds
     if not isinstance(max_evaluations, (int, np.integer)) or isinstance(max_evaluations, bool):
         raise TypeError(f"`max_evaluations` must be an int, got {max_evaluations!r}")
-    if not isinstance(t1, (int, np.integer)) or isinstance(t1, bool) or t1 < 2:
-        raise ValueError(f"`t1` must be an int >= 2 (the first checkpoint), got {t1!r}")
+    if (
+        not isinstance(first_checkpoint, (int, np.integer))
+        or isinstance(first_checkpoint, bool)
+        or first_checkpoint < 2
+    ):
+        raise ValueError(
+            f"`first_checkpoint` must be an int >= 2 (samples), got {first_checkpoint!r}"
+        )
     budget = (int(max_evaluations) - fixed_cost) // unit_cost
     # With a fixed budget (`stop=()`) the only checkpoint is the budget: 2 samples (for a
     # sample variance) are enough.
-    first = t1 if names else 2
+    first = first_checkpoint if names else 2
     if budget < first:
-        label = f"t1 = {t1}" if names else "2 (a fixed budget needs a sample variance)"
+        label = (
+            f"first_checkpoint = {first_checkpoint}"
+            if names
+            else "2 (a fixed budget needs a sample variance)"
+        )
         raise ValueError(
             f"`max_evaluations` = {max_evaluations} does not reach the first checkpoint: "
             f"{label} samples cost {fixed_cost + first * unit_cost} evaluations here (2 W + t W (n - 1)"
             f"{' x 2' if antithetic else ''}, n = {n}, W = {num_worlds})"
         )
-    schedule = checkpoints(t1, gamma, budget) if names else (budget,)
+    schedule = checkpoints(first_checkpoint, growth, budget) if names else (budget,)
     low, high = game.score_range
-    num_slots = slots_per_call(num_failures, chunk_size)
+    num_slots = slots_per_call(num_failures, block_size)
     return MCSettings(
         game=game,
         key=key,

@@ -17,7 +17,8 @@ import jax
 import jax.random as jr
 import numpy as np
 
-VISIT_TAG = 0x0BDE  # folded into the batch key: the visiting order's own stream
+from ..noise import VISIT_TAG
+
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 _PARITY = 0x1BD11BDA
 

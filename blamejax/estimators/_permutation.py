@@ -34,11 +34,9 @@ import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray, UInt32
 
 from ..coalitions import mask_values
+from ..noise import PERM_TAG
 from ..pipeline import Hard, Structure, World, world_noise
 from ._prefixes import counted_prefix_values, prefix_values
-
-_PERM_TAG = 0x5045524D  # "PERM": keeps the order stream apart from the noise streams
-
 
 # Pipelines with at least this many draw sites defer their tabulated draws (`Context`: one
 # argmax over all the tables and one scan over the chain of gathers). The compiled program then
@@ -69,7 +67,7 @@ def scorer(pipeline, structure, case, worlds, noises, players, fixes, mode, rebu
 
 def order_seed(key: PRNGKeyArray) -> UInt32[Array, " 2"]:
     """The two words that address the random orders drawn with `key`."""
-    tagged = jr.fold_in(key, _PERM_TAG)
+    tagged = jr.fold_in(key, PERM_TAG)
     data = jr.key_data(tagged)
     if data.shape == (2,) and data.dtype == jnp.uint32:
         return data

@@ -174,7 +174,13 @@ def compare_methods(
             budget = 2 + mc_orders * (n - 1)
             result, t_first, t_steady = timed_call(
                 lambda: mc_shapley(
-                    pipeline, cases, worlds, key_mc, max_evaluations=budget, stop=(), t1=2
+                    pipeline,
+                    cases,
+                    worlds,
+                    key_mc,
+                    max_evaluations=budget,
+                    stop=(),
+                    first_checkpoint=2,
                 ),
                 repeat,
             )

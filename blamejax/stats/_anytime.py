@@ -8,7 +8,7 @@ used inside `jit`); array arguments broadcast against each other.
 **Anytime validity.** A rule that stops "as soon as the intervals separate" looks at the
 intervals many times; a plain 1 - delta interval checked at every look fails far more often
 than delta. Here intervals are formed only at checkpoints fixed in advance,
-`t_k = ceil(t_1 gamma^(k-1))` (`checkpoints`), and the interval of one step at checkpoint k is
+`t_k = ceil(first_checkpoint growth^(k-1))` (`checkpoints`), and the interval of one step at checkpoint k is
 built at level `delta / (n k (k+1))` (`checkpoint_delta`). Since `sum_k 1/(k(k+1)) = 1`, the
 union bound over the n steps and every checkpoint gives: with probability at least 1 - delta,
 every interval of one failure, at every checkpoint, holds at once, whatever rule decides when
@@ -173,9 +173,9 @@ def confidence_radius(kind: str, t, variance, value_range, delta):
     return normal_radius(t, variance, delta)
 
 
-def checkpoints(t1: int, gamma: float, budget: int) -> tuple[int, ...]:
+def checkpoints(first_checkpoint: int, growth: float, budget: int) -> tuple[int, ...]:
     """The sample counts at which intervals are formed and stopping is decided, fixed in
-    advance: `t_k = ceil(t1 gamma^(k-1))` for k = 1, 2, ..., truncated below `budget`, with
+    advance: `t_k = ceil(first_checkpoint growth^(k-1))` for k = 1, 2, ..., truncated below `budget`, with
     `budget` itself as the last checkpoint.
 
     Counts that round to the same integer as an earlier one are dropped, and the remaining
@@ -184,10 +184,10 @@ def checkpoints(t1: int, gamma: float, budget: int) -> tuple[int, ...]:
     1e-9 guards the ceiling against float rounding (`10 * 1.1` is 11, not 12).
 
     **Arguments:**
-    - `t1`: the first checkpoint, >= 2 (the empirical Bernstein radius needs t >= 2).
-    - `gamma`: the growth factor, > 1. Larger gamma: fewer looks (a smaller union-bound
-      penalty) but up to a factor gamma more samples than needed when a rule fires.
-    - `budget`: the largest number of samples, >= t1.
+    - `first_checkpoint`: the first checkpoint, >= 2 (the empirical Bernstein radius needs t >= 2).
+    - `growth`: the growth factor, > 1. Larger growth: fewer looks (a smaller union-bound
+      penalty) but up to a factor growth more samples than needed when a rule fires.
+    - `budget`: the largest number of samples, >= first_checkpoint.
 
     **Returns:** a tuple of strictly increasing Python ints ending with `budget`.
 
@@ -196,24 +196,38 @@ def checkpoints(t1: int, gamma: float, budget: int) -> tuple[int, ...]:
     assert bj.stats.checkpoints(2, 2.0, 20) == (2, 4, 8, 16, 20)
     ```
     """
-    if not isinstance(t1, (int, np.integer)) or isinstance(t1, bool) or t1 < 2:
-        raise ValueError(f"`t1` must be an int >= 2 (the first checkpoint), got {t1!r}")
-    if not isinstance(gamma, (int, float, np.floating, np.integer)) or not 1 < gamma < math.inf:
+    if (
+        not isinstance(first_checkpoint, (int, np.integer))
+        or isinstance(first_checkpoint, bool)
+        or first_checkpoint < 2
+    ):
         raise ValueError(
-            f"`gamma` must be a finite number > 1 (the checkpoint growth factor), got {gamma!r}"
+            f"`first_checkpoint` must be an int >= 2 (samples), got {first_checkpoint!r}"
         )
-    if not isinstance(budget, (int, np.integer)) or isinstance(budget, bool) or budget < t1:
-        raise ValueError(f"`budget` must be an int >= t1 = {t1}, got {budget!r}")
-    looks = math.log(budget / t1) / math.log(gamma) if budget > t1 else 0.0
+    if not isinstance(growth, (int, float, np.floating, np.integer)) or not 1 < growth < math.inf:
+        raise ValueError(
+            f"`growth` must be a finite number > 1 (the checkpoint growth factor), got {growth!r}"
+        )
+    if (
+        not isinstance(budget, (int, np.integer))
+        or isinstance(budget, bool)
+        or budget < first_checkpoint
+    ):
+        raise ValueError(
+            f"`budget` must be an int >= first_checkpoint = {first_checkpoint}, got {budget!r}"
+        )
+    looks = (
+        math.log(budget / first_checkpoint) / math.log(growth) if budget > first_checkpoint else 0.0
+    )
     if looks > 1e6:  # the loop below would take about this many steps
         raise ValueError(
-            f"`gamma` = {gamma!r} is so close to 1 that the schedule from {t1} to {budget} "
+            f"`growth` = {growth!r} is so close to 1 that the schedule from {first_checkpoint} to {budget} "
             f"samples needs about {looks:.3g} steps; use a growth factor of at least 1 + 1e-4"
         )
     out: list[int] = []
     k = 0
     while True:
-        x = float(t1) * float(gamma) ** k
+        x = float(first_checkpoint) * float(growth) ** k
         t = int(math.ceil(x * (1.0 - 1e-9)))
         k += 1
         if t >= budget:

@@ -28,7 +28,7 @@ import jax.random as jr
 import numpy as np
 
 from ..estimators import exact_blame, mc_shapley
-from ..noise import as_key
+from ..noise import RUNS_MC_TAG, as_key
 from ..report import CAVEAT
 from ..worlds import inferred_worlds
 from ._format import Run, from_record, to_record
@@ -394,7 +394,7 @@ def blame_runs(
             tc.pipeline,
             tc.cases,
             worlds,
-            jr.fold_in(key, 1),
+            jr.fold_in(key, RUNS_MC_TAG),
             max_evaluations=max_evaluations,
             steps=tc.players,
             **options,
