@@ -65,7 +65,9 @@ def _source_module(module, name: str) -> str:
 
 def _constant_doc(module, name: str) -> str | None:
     """The string literal under `NAME = ...` in the module that defines NAME."""
-    source = importlib.import_module(_source_module(module, name))
+    source = module
+    while (origin := _source_module(source, name)) != source.__name__:  # follow re-exports
+        source = importlib.import_module(origin)
     body = ast.parse(pathlib.Path(source.__file__).read_text()).body
     for node, after in zip(body, body[1:] + [None]):
         targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]

@@ -191,7 +191,9 @@ def test_fold_in_split_gumbel_uniform_equal_jax_random(data):
     assert ours == jr.key_data(jr.split(folded)).tolist()
     np.testing.assert_array_equal(_bits(noise._gumbels(folded)), _bits(jr.gumbel(folded)))
     np.testing.assert_array_equal(_bits(noise._gumbels(folded, 9)), _bits(jr.gumbel(folded, (9,))))
-    site = jr.fold_in(jr.fold_in(jr.fold_in(key, noise._UNIFORM_TAG), bj.noise.stable_hash("w")), 2)
+    site = jr.fold_in(
+        jr.fold_in(jr.fold_in(key, bj.noise.UNIFORM_TAG), bj.noise.stable_hash("w")), 2
+    )
     np.testing.assert_array_equal(
         _bits(bj.noise.uniform_at(key, "w", 2, data)), _bits(jr.uniform(jr.fold_in(site, data)))
     )
@@ -202,7 +204,7 @@ def test_gumbel_at_is_jax_random_at_its_address():
     reference_key = jr.fold_in(jr.fold_in(jr.key(5), 3), 2)
     assert jr.key_data(key).tolist() == jr.key_data(reference_key).tolist()
     site = jr.fold_in(
-        jr.fold_in(jr.fold_in(key, noise._GUMBEL_TAG), bj.noise.stable_hash("writer")), 1
+        jr.fold_in(jr.fold_in(key, bj.noise.GUMBEL_TAG), bj.noise.stable_hash("writer")), 1
     )
     expected = np.stack([np.asarray(jr.gumbel(jr.fold_in(site, j))) for j in range(6)])
     np.testing.assert_array_equal(_bits(bj.noise.gumbel_at(key, "writer", 1, 6)), _bits(expected))
@@ -212,7 +214,7 @@ def _loop_reference(key, sites, num_options):
     rows = []
     for step, slot in sites:
         site = jr.fold_in(
-            jr.fold_in(jr.fold_in(key, noise._GUMBEL_TAG), bj.noise.stable_hash(step)), slot
+            jr.fold_in(jr.fold_in(key, bj.noise.GUMBEL_TAG), bj.noise.stable_hash(step)), slot
         )
         rows.append([np.asarray(jr.gumbel(jr.fold_in(site, j))) for j in range(num_options)])
     return np.asarray(rows)

@@ -2,8 +2,8 @@
 nested `vmap`), of arbitrary masks, and the last-step baseline.
 """
 
-from ..pipeline._plans import coalition_plan as coalition_plan
-from ..pipeline._plans import mask_plan as mask_plan
+from ..pipeline import coalition_plan as coalition_plan
+from ..pipeline import mask_plan as mask_plan
 from ._tables import coalition_values as coalition_values
 from ._tables import count_step_evaluations as count_step_evaluations
 from ._tables import explain_nan_score as explain_nan_score

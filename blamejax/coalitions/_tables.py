@@ -21,8 +21,16 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from ..pipeline import Hard, Structure, World, run_score, trace_run, world_noise
-from ..pipeline._plans import coalition_plan, mask_plan
+from ..pipeline import (
+    Hard,
+    Structure,
+    World,
+    coalition_plan,
+    mask_plan,
+    run_score,
+    trace_run,
+    world_noise,
+)
 
 
 def coalition_values(

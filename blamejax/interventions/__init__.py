@@ -3,10 +3,10 @@
 intervals and the point of commitment; CAR's re-draw Shapley game.
 """
 
-from ..pipeline._plans import DOWNSTREAM as DOWNSTREAM
-from ..pipeline._plans import full_plan as full_plan
-from ..pipeline._plans import stack_plans as stack_plans
-from ..pipeline._plans import step_of_site as step_of_site
+from ..pipeline import DOWNSTREAM as DOWNSTREAM
+from ..pipeline import full_plan as full_plan
+from ..pipeline import stack_plans as stack_plans
+from ..pipeline import step_of_site as step_of_site
 from ._contrastive import ContrastiveResult as ContrastiveResult
 from ._contrastive import contrastive as contrastive
 from ._do import do_action as do_action

@@ -43,8 +43,17 @@ from .._checks import (
 )
 from .._compile import cached
 from .._game import discover_checked
-from ..pipeline import Hard, Plan, StepPlan, Structure, plan_values, trace_run
-from ..pipeline._plans import DOWNSTREAM, full_plan, step_of_site
+from ..pipeline import (
+    DOWNSTREAM,
+    Hard,
+    Plan,
+    StepPlan,
+    Structure,
+    full_plan,
+    plan_values,
+    step_of_site,
+    trace_run,
+)
 from ..report import (
     JSONExport,
     number,

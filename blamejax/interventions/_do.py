@@ -32,8 +32,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..pipeline import Plan, Structure, ValuePlan
-from ..pipeline._plans import after_step, downstream_plan, scalar_index, set_step, start_of
+from ..pipeline import (
+    Plan,
+    Structure,
+    ValuePlan,
+    after_step,
+    downstream_plan,
+    scalar_index,
+    set_step,
+    start_of,
+)
 
 
 # -- the do-operators ---------------------------------------------------------------------

@@ -154,6 +154,7 @@ def _check_factual(structure: Structure, factual):
 
 
 def start_of(structure: Structure, plan: Plan | None) -> Plan:
+    """`plan`, or the factual plan of `structure` when `plan` is None."""
     if plan is None:
         return factual_plan(structure)
     if not isinstance(plan, Plan):
@@ -167,6 +168,7 @@ def start_of(structure: Structure, plan: Plan | None) -> Plan:
 
 
 def set_step(plan: Plan, index: int, **fields) -> Plan:
+    """`plan` with the fields of step `index` replaced by `fields` (a new plan)."""
     steps = list(plan.steps)
     steps[index] = steps[index]._replace(**fields)
     return plan._replace(steps=tuple(steps))
@@ -221,6 +223,7 @@ def downstream_plan(
 
 
 def after_step(structure: Structure, k: int):
+    """The steps after step `k` and the draw sites they own (what `downstream=` acts on)."""
     later_steps = range(k + 1, structure.num_steps)
     later_sites = [i for i, s in enumerate(structure.sites) if structure.step_index(s.step) > k]
     return later_steps, later_sites

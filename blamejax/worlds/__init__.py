@@ -3,7 +3,7 @@
 replay reproduces a record.
 """
 
-from ..pipeline._plans import observed_plan as observed_plan
+from ..pipeline import observed_plan as observed_plan
 from ._fidelity import ReplayFidelity as ReplayFidelity
 from ._fidelity import replay_fidelity as replay_fidelity
 from ._replay import replay as replay

@@ -18,16 +18,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import as_key, check_memory, leading_size
+from .._checks import as_key, check_memory, check_observed, leading_size
 from .._compile import compiled
 from ..noise import abduct_gumbels, abduction_key, stable_hash, world_key
 from ..pipeline import (
     World,
     check_finite_logits,
     discover_batch,
+    observed_plan,
     trace_run,
 )
-from ..pipeline._plans import observed_plan
 
 
 def _case_ids(case_ids) -> np.ndarray:
@@ -124,20 +124,7 @@ def inferred_worlds(
     num_cases = leading_size(cases)
     structure = discover_batch(pipeline, cases)
     check_finite_logits(cases)
-    observed = np.asarray(observed)
-    num_sites = len(structure.sites)
-    if observed.shape != (num_cases, num_sites) or not np.issubdtype(observed.dtype, np.integer):
-        raise ValueError(
-            f"`observed` must be an int array of shape [F, sites] = [{num_cases}, {num_sites}], "
-            f"got shape {observed.shape}, dtype {observed.dtype}"
-        )
-    for i, site in enumerate(structure.sites):
-        column = observed[:, i]
-        if column.min() < 0 or column.max() >= site.num_options:
-            raise ValueError(
-                f"`observed` for step {site.step!r} (slot {site.slot}) must lie in "
-                f"[0, {site.num_options}), got values in [{column.min()}, {column.max()}]"
-            )
+    observed = check_observed(observed, num_cases, structure)
     ids = np.arange(num_cases) if case_ids is None else _case_ids(case_ids)
     if ids.shape != (num_cases,):
         raise ValueError(
