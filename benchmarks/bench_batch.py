@@ -88,7 +88,7 @@ def reference_factual(cases, key, num_cases):
     """Every case once, as it happened, in Python (its noise computed up front, not timed)."""
     tables = [ref.TableStep(s, np.asarray(cases[s]), PARENTS[s]) for s in STEPS]
     correct, accept = np.asarray(cases["answer_correct"]), np.asarray(cases["verify_accept"])
-    noise = ref.site_noise(bj.recorded_worlds(key, num_cases), tables)
+    noise = ref.site_noise(bj.recorded_worlds(key, range(num_cases)), tables)
     start = time.perf_counter()
     scores = np.array(
         [
@@ -162,7 +162,7 @@ def main(argv=None) -> int:
         front = _batch._front_function(demos.rag_pipeline, structure, bj.Hard())
         select = _batch._select_function(game)
         all_cases = jax.tree_util.tree_map(jnp.asarray, cases)
-        recorded = bj.recorded_worlds(key, args.cases)
+        recorded = bj.recorded_worlds(key, range(args.cases))
         failure_rows = jnp.asarray(ids, jnp.int32)
 
         tables_fn = jax.jit(jax.vmap(coalition_tables(structure, players, fixes)))

@@ -43,9 +43,9 @@ def _work(repeats: int, only: str | None = None) -> dict:
     from helpers import chain_pipeline, random_chain_cases
 
     exact_cases = random_chain_cases(jr.key(1), 10, num_cases=256, num_options=8)
-    exact_worlds = bj.fresh_worlds(2, 256, 4)
+    exact_worlds = bj.fresh_worlds(2, range(256), 4)
     mc_cases = random_chain_cases(jr.key(3), 12, num_cases=64, num_options=8)
-    mc_worlds = bj.fresh_worlds(4, 64, 1)
+    mc_worlds = bj.fresh_worlds(4, range(64), 1)
     batch_cases = random_chain_cases(jr.key(6), 8, num_cases=1000, num_options=8)
     jobs = {
         "exact_blame (n = 10, F = 256, W = 4)": (

@@ -329,7 +329,7 @@ def run_size(num_steps, num_failures, num_worlds, repeats, budget_s, generic, se
     log = CompileLog()
     tables = {k: v.astype(dtype) for k, v in build_tables(num_steps, num_failures, seed).items()}
     cases = {k: jnp.asarray(v) for k, v in tables.items()}
-    worlds = bj.fresh_worlds(seed, num_failures, num_worlds)
+    worlds = bj.fresh_worlds(seed, range(num_failures), num_worlds)
     size = 1 << num_steps
     elements = num_failures * num_worlds * size
     out = dict(

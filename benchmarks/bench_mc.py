@@ -144,7 +144,7 @@ def bench_size(n, num_failures, multipliers, base_run, base_failures, repeats, s
     members, weights, exact = weighted_unanimity(rng, num_failures, n)
     pipeline = make_pipeline(n)
     cases = game_cases(members, weights)
-    worlds = bj.recorded_worlds(0, num_failures)
+    worlds = bj.recorded_worlds(0, range(num_failures))
     rows = []
     for mult in multipliers:
         budget = 2 + (n - 1) * mult
@@ -237,7 +237,7 @@ def coverage(n, num_games, seeds_per_game, seed, log):
         result = bj.mc_shapley(
             pipeline,
             game_cases(members, weights),
-            bj.recorded_worlds(0, num),
+            bj.recorded_worlds(0, range(num)),
             key=seed,
             max_evaluations=2 + (n - 1) * 2000,
             radius=radius,
@@ -274,7 +274,7 @@ def breakdown(n, num_failures, seed, repeats, orders=(32, 128, 512)):
     rng = np.random.default_rng(seed + n)
     members, weights, _ = weighted_unanimity(rng, num_failures, n)
     cases = game_cases(members, weights)
-    worlds = bj.recorded_worlds(0, num_failures)
+    worlds = bj.recorded_worlds(0, range(num_failures))
 
     def choices_only(ctx, case):
         good = jnp.stack([ctx.choose(f"p{i}", case["step"]).index for i in range(n)]) > 0
@@ -369,7 +369,7 @@ def chain_one(n, num_failures, orders, repeats, seed) -> dict:
     import resource
 
     cases = chain_cases(n, num_failures, seed)
-    worlds = bj.fresh_worlds(seed, num_failures, 1)
+    worlds = bj.fresh_worlds(seed, range(num_failures), 1)
     budget = 2 + (n - 1) * orders
 
     def call(key):
@@ -427,7 +427,7 @@ def chain_compare(n, num_failures, orders, repeats, seed) -> dict:
     `mc_shapley` itself defers from 32 draw sites on), on the same inputs in this one process:
     compile time, the fastest of `repeats` calls, and whether the answers agree bit for bit."""
     cases = chain_cases(n, num_failures, seed)
-    worlds = bj.fresh_worlds(seed, num_failures, 1)
+    worlds = bj.fresh_worlds(seed, range(num_failures), 1)
     budget = 2 + (n - 1) * orders
     default = bj_permutation.DEFER_FROM
 

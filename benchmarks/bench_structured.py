@@ -96,7 +96,7 @@ def section_chain():
     n, k, num_f, num_w = 256, 8, 1000, 4
     say(f"## chain: n = {n}, K = {k}, {num_f} failures x {num_w} fresh worlds")
     cases = numpy_chain_cases(0, n, num_f, k)
-    worlds = bj.fresh_worlds(1, num_f, num_w)
+    worlds = bj.fresh_worlds(1, range(num_f), num_w)
     result, first, steady = call(lambda: bj.exact_blame(chain, cases, worlds))
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     errors = []
@@ -125,7 +125,7 @@ def section_scaling():
     sizes, times = [], []
     for n in (16, 32, 64, 128, 256, 512, 1024):
         cases = numpy_chain_cases(n, n, num_f, k)
-        worlds = bj.fresh_worlds(2, num_f, num_w)
+        worlds = bj.fresh_worlds(2, range(num_f), num_w)
         result, first, steady = call(lambda: bj.exact_blame(chain, cases, worlds))
         assert result.method == "structured"
         eff = float(np.abs(np.asarray(result.shapley).sum(1) - np.asarray(result.total)).max())
@@ -158,7 +158,7 @@ def section_enumeration():
     ]
     say(f"({num_f} failures x 4 fresh worlds each)")
     for name, pipeline, cases, n in rows:
-        worlds = bj.fresh_worlds(3, num_f, 4)
+        worlds = bj.fresh_worlds(3, range(num_f), 4)
         fixes = {"s3": 2} if name.startswith("chain") else None
         e, _, te = call(
             lambda: bj.exact_blame(pipeline, cases, worlds, method="enumerate", fixes=fixes),
@@ -198,7 +198,7 @@ def section_take():
         numpy_chain_cases(5, n, num_f, k),
         pair=jnp.asarray(np.random.default_rng(6).uniform(size=(num_f, k, k)), jnp.float32),
     )
-    worlds = bj.recorded_worlds(0, num_f)
+    worlds = bj.recorded_worlds(0, range(num_f))
     out, cost = {}, {}
     for form in ("index", "take", "swap"):
         pipeline = take_pipeline(form, n)
@@ -221,7 +221,7 @@ def section_mc():
         f"## Monte Carlo against structured exact values (n = {n}, K = {k}, {num_f} failures, recorded)"
     )
     cases = numpy_chain_cases(7, n, num_f, k)
-    worlds = bj.recorded_worlds(0, num_f)
+    worlds = bj.recorded_worlds(0, range(num_f))
     exact, _, ts = call(lambda: bj.exact_blame(chain, cases, worlds))
     say(f"- structured exact: {ts:.3f} s steady")
     say("| max_evaluations per failure | largest error | wall s (incl. compile) |")

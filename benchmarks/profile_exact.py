@@ -72,7 +72,7 @@ def bench_inputs(n: int, num_failures: int, num_worlds: int):
     tables = {
         k: jnp.asarray(v.astype(np.float32)) for k, v in build_tables(n, num_failures, 0).items()
     }
-    return tables, bj.fresh_worlds(0, num_failures, num_worlds), chain_pipeline(n)
+    return tables, bj.fresh_worlds(0, range(num_failures), num_worlds), chain_pipeline(n)
 
 
 def profile_size(n: int, num_failures: int, num_worlds: int) -> list[str]:

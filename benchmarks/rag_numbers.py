@@ -95,7 +95,7 @@ def main(argv=None) -> int:
     pipeline = _rag.rag_pipeline
     cases = _rag.rag_cases(args.cases, seed=args.seed)
     structure = bj.discover(pipeline, jax.tree_util.tree_map(lambda x: x[0], cases))
-    out = bj.replay(pipeline, cases, bj.recorded_worlds(args.seed, args.cases))
+    out = bj.replay(pipeline, cases, bj.recorded_worlds(args.seed, range(args.cases)))
     scores = np.asarray(out["score"][:, 0])
     failed = np.flatnonzero(scores < 1)
     print(

@@ -106,6 +106,10 @@ def check_worlds(worlds: World, num_failures: int, structure: Structure) -> int:
         raise ValueError(f"`worlds.key` must have shape [F, W] = [{num_failures}, W], got {shape}")
     if shape[1] == 0:
         raise ValueError("`worlds` holds W = 0 worlds per failure; need at least one")
+    if worlds.case_id is not None and tuple(np.shape(worlds.case_id)) != shape:
+        raise ValueError(
+            f"`worlds.case_id` must have the keys' shape {shape}, got {tuple(np.shape(worlds.case_id))}"
+        )
     if worlds.overrides is not None:
         if worlds.valid is None or len(worlds.valid) != len(worlds.overrides):
             raise ValueError(
@@ -130,6 +134,15 @@ def check_worlds(worlds: World, num_failures: int, structure: Structure) -> int:
                     f"{shape + (site.num_options,)}, got {tuple(override.shape)}"
                 )
     return shape[1]
+
+
+def split_case_ids(worlds: World) -> tuple[World, np.ndarray | None]:
+    """`worlds` without their case ids (the compiled programs never see them), and the case
+    id of each failure (`None` when the worlds carry none). Call after `check_worlds`."""
+    if worlds.case_id is None:
+        return worlds, None
+    ids = np.asarray(worlds.case_id)[:, 0].astype(np.int64)
+    return World(key=worlds.key, overrides=worlds.overrides, valid=worlds.valid), ids
 
 
 def resolve_players(structure: Structure, steps, fixes) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -320,16 +333,19 @@ class NotAFailureWarning(UserWarning):
     only the harm a fix does): the worlds most likely do not reproduce those failures."""
 
 
-def warn_not_failures(empty, score_range, what: str = "failures") -> None:
+def warn_not_failures(empty, score_range, what: str = "failures", case_ids=None) -> None:
     """Warn (`NotAFailureWarning`) when some of the `what` have v(empty), the factual score
-    averaged over their worlds, at the top of `score_range`."""
+    averaged over their worlds, at the top of `score_range`; they are named by their case
+    ids (`case_ids`, positions when `None`)."""
     empty = np.asarray(empty, dtype=np.float64)
     passing = np.flatnonzero(empty >= float(score_range[1]))
     if passing.size == 0:
         return
-    shown = ", ".join(str(int(i)) for i in passing[:10]) + (", ..." if passing.size > 10 else "")
+    named = passing if case_ids is None else np.asarray(case_ids)[passing]
+    shown = ", ".join(str(int(i)) for i in named[:10]) + (", ..." if passing.size > 10 else "")
+    label = "" if case_ids is None else ("case id " if passing.size == 1 else "case ids ")
     warnings.warn(
-        f"{passing.size} of {empty.size} {what} ({shown}) already score the top of "
+        f"{passing.size} of {empty.size} {what} ({label}{shown}) already score the top of "
         f"`score_range` ({float(score_range[1])}) in their factual run under every supplied "
         "world, so their blame is zero: the `worlds` do not reproduce these failures (were they "
         "made with another key, or for other case ids?). To blame such runs on purpose, filter "

@@ -24,7 +24,7 @@ def _refund(args) -> int:
         ("B", "the reviewer's fix checks every claim"),
     ):
         cases = demos.refund_cases(args.cases, mechanism)
-        worlds = recorded_worlds(args.seed, args.cases)
+        worlds = recorded_worlds(args.seed, range(args.cases))
         scores = replay(demos.refund_pipeline, cases, worlds)["score"][:, 0]
         failed = np.flatnonzero(np.asarray(scores) < 1)
         print(f"Mechanism {mechanism}: {what}.")
@@ -38,7 +38,7 @@ def _refund(args) -> int:
         same = np.allclose(np.asarray(result.shapley), np.asarray(result.shapley[0]), atol=1e-6)
         note = "every failure has the same game" if same else "failures differ"
         print(f"  Failure of customer {failed[0]} ({note}); all rules side by side:")
-        print("  " + result.table(0).replace("\n", "\n  "))
+        print("  " + result.table(failed[0]).replace("\n", "\n  "))
         print()
     print(
         "Blame is relative to the fixes supplied, and replay under recorded noise assumes the\n"

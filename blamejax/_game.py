@@ -103,7 +103,7 @@ def discover_checked(
     ```python
     import blamejax as bj
     from blamejax._game import discover_checked
-    structure, F, W = discover_checked(bj.demos.refund_pipeline, bj.demos.refund_cases(2), bj.recorded_worlds(0, 2))
+    structure, F, W = discover_checked(bj.demos.refund_pipeline, bj.demos.refund_cases(2), bj.recorded_worlds(0, range(2)))
     assert (F, W) == (2, 1)
     ```
     """

@@ -64,7 +64,9 @@ def main(argv=None) -> None:
 
     if "exact" in sections:  # 7 failures (padded to whole rows per device), 3 worlds, `given`
         cases = random_chain_cases(jr.key(1), 4, num_cases=7)
-        exact = bj.exact_blame(chain_pipeline, cases, bj.fresh_worlds(2, 7, 3), interactions=True)
+        exact = bj.exact_blame(
+            chain_pipeline, cases, bj.fresh_worlds(2, range(7), 3), interactions=True
+        )
         for name in (
             "shapley",
             "banzhaf",
@@ -79,7 +81,7 @@ def main(argv=None) -> None:
 
     # Monte Carlo: a fixed budget, and adaptive stopping (every failure stops on its own).
     cases = random_chain_cases(jr.key(3), 5, num_cases=8)
-    worlds = bj.fresh_worlds(4, 8, 2)
+    worlds = bj.fresh_worlds(4, range(8), 2)
     for section, stop in (("mc_fixed", ()), ("mc_adaptive", "top1")):
         if section in sections:
             mc = bj.mc_shapley(

@@ -27,7 +27,7 @@ def test_batch_equals_per_failure_loop():
     result = bj.blame_batch(
         chain_pipeline, cases, 3, noise="fresh", num_worlds=2, first_checkpoint=4
     )
-    run = bj.replay(chain_pipeline, cases, bj.recorded_worlds(3, 24))
+    run = bj.replay(chain_pipeline, cases, bj.recorded_worlds(3, range(24)))
     factual = np.asarray(run["score"][:, 0])
     failing = set(np.flatnonzero(factual < 1).tolist())
     ids = np.asarray(result.failure_ids)
@@ -57,7 +57,7 @@ def test_batch_equals_per_failure_loop():
     np.testing.assert_allclose(result.resolve_rate, resolve.mean(0), atol=1e-6)
     assert abs(float(result.share_of_repair.sum()) - 1.0) < 1e-5
     # The drill-down: each analysed failure's failed run and fully fixed run, under its own noise.
-    recorded = bj.recorded_worlds(3, 24)
+    recorded = bj.recorded_worlds(3, range(24))
     fixed = bj.replay(
         chain_pipeline,
         cases,

@@ -17,11 +17,11 @@ def test_no_recompiles_across_batch_sizes(getkey):
         before = trace_count(kind)
         for size in (17, 18, 17, 18, 18):
             sub = jax.tree_util.tree_map(lambda x: x[:size], cases)
-            bj.exact_blame(chain_pipeline, sub, bj.fresh_worlds(0, size, 2), method=method)
+            bj.exact_blame(chain_pipeline, sub, bj.fresh_worlds(0, range(size), 2), method=method)
         assert trace_count(kind) - before == 1  # 17 and 18 share the bucket of 18
         for size in (19, 20, 19):  # bucket 20: one more trace
             sub = jax.tree_util.tree_map(lambda x: x[:size], cases)
-            bj.exact_blame(chain_pipeline, sub, bj.fresh_worlds(0, size, 2), method=method)
+            bj.exact_blame(chain_pipeline, sub, bj.fresh_worlds(0, range(size), 2), method=method)
         assert trace_count(kind) - before == 2
 
 
@@ -30,11 +30,11 @@ def test_clear_caches_forgets_compiled_functions(getkey):
     of the shapes test_no_recompiles_across_batch_sizes uses, so that the first call here can
     reuse what that test compiled instead of compiling a program of its own.)"""
     cases = random_chain_cases(getkey(), 3, num_cases=20, num_options=3)
-    bj.exact_blame(chain_pipeline, cases, bj.fresh_worlds(0, 20, 2))
+    bj.exact_blame(chain_pipeline, cases, bj.fresh_worlds(0, range(20), 2))
     assert cache_size() > 0
     bj.clear_caches()
     assert cache_size() == 0 and trace_count("exact.structured") == 0
-    bj.exact_blame(chain_pipeline, cases, bj.fresh_worlds(0, 20, 2))
+    bj.exact_blame(chain_pipeline, cases, bj.fresh_worlds(0, range(20), 2))
     assert trace_count("exact.structured") == 1
 
 

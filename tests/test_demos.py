@@ -31,7 +31,7 @@ from blamejax.demos._rag import FIX_SHIFTS
 # -- the refund demo ----------------------------------------------------------------------
 def _failures(mechanism, num_cases=40, seed=0):
     cases = bj.demos.refund_cases(num_cases, mechanism)
-    scores = bj.replay(bj.demos.refund_pipeline, cases, bj.recorded_worlds(seed, num_cases))[
+    scores = bj.replay(bj.demos.refund_pipeline, cases, bj.recorded_worlds(seed, range(num_cases)))[
         "score"
     ]
     failed = np.flatnonzero(np.asarray(scores[:, 0]) < 1)
@@ -96,7 +96,7 @@ def _paired_gap(a, b):
 @pytest.fixture(scope="module")
 def rag():
     cases = bj.demos.rag_cases(NUM_CASES, seed=SEED)
-    out = bj.replay(bj.demos.rag_pipeline, cases, bj.recorded_worlds(SEED, NUM_CASES))
+    out = bj.replay(bj.demos.rag_pipeline, cases, bj.recorded_worlds(SEED, range(NUM_CASES)))
     scores = np.asarray(out["score"][:, 0])
     failed = np.flatnonzero(scores < 1)
     cases_f = jax.tree_util.tree_map(lambda x: x[failed], cases)

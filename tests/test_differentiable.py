@@ -13,7 +13,7 @@ import blamejax as bj
 
 def _setup(seed=0, n=3, num_cases=3, num_worlds=2):
     cases = random_chain_cases(jax.random.key(seed), n, num_cases=num_cases, num_options=3)
-    worlds = bj.fresh_worlds(seed, num_cases, num_worlds)
+    worlds = bj.fresh_worlds(seed, range(num_cases), num_worlds)
     return cases, worlds
 
 

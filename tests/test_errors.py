@@ -59,7 +59,7 @@ class Row(NamedTuple):
 # -- the inputs ------------------------------------------------------------------------------
 refund = bj.demos.refund_pipeline
 CASES = bj.demos.refund_cases(2)
-WORLDS = bj.recorded_worlds(0, 2)
+WORLDS = bj.recorded_worlds(0, range(2))
 
 
 def _free_form(ctx, case):
@@ -112,7 +112,7 @@ def two_cases(**changes):
 
 
 TWO = two_cases()
-TWO_WORLDS = bj.recorded_worlds(0, 2)
+TWO_WORLDS = bj.recorded_worlds(0, range(2))
 TWO_ALL_NEG = two_cases(draft=np.array([[0.0, NEG], [NEG, NEG]]))  # the draft's fix row: all -inf
 TWO_INNER_NEG = two_cases(  # the review's fix row after draft 0: all -inf (only coalition {review})
     review=np.array([[[NEG, 0.0], [0.0, NEG]], [[NEG, NEG], [0.0, NEG]]])
@@ -174,7 +174,7 @@ def branching_pipeline(ctx, x):
     return 1.0 if choice.index == 0 else 0.0
 
 
-CASE_WORLDS = jax.tree_util.tree_map(lambda x: x[0], bj.fresh_worlds(0, 1, 2))  # [W = 2]
+CASE_WORLDS = jax.tree_util.tree_map(lambda x: x[0], bj.fresh_worlds(0, range(1), 2))  # [W = 2]
 OBSERVED_BAD_ROW1 = np.array([[0, 0, 0, 0], [0, 1, 0, 0]])  # case 1: retriever 1 after plan 0
 
 
@@ -693,8 +693,8 @@ ROWS: list[Row] = [
         ),
         (
             "worlds-wrong-failure-count",
-            "recorded_worlds(0, 3) for 2 cases",
-            lambda: bj.exact_blame(refund, CASES, bj.recorded_worlds(0, 3)),
+            "recorded_worlds(0, range(3)) for 2 cases",
+            lambda: bj.exact_blame(refund, CASES, bj.recorded_worlds(0, range(3))),
             ValueError,
             ("`worlds.key` must have shape [F, W] = [2, W], got (3, 1)",),
         ),
@@ -750,15 +750,15 @@ ROWS: list[Row] = [
         ),
         (
             "fresh-worlds-zero",
-            "fresh_worlds(0, 2, 0)",
-            lambda: bj.fresh_worlds(0, 2, 0),
+            "fresh_worlds(0, range(2), 0)",
+            lambda: bj.fresh_worlds(0, range(2), 0),
             ValueError,
             ("`num_worlds` must be a positive int, got 0",),
         ),
         (
             "fresh-worlds-too-many",
-            "fresh_worlds(0, 2, 10**12): more worlds than memory holds",
-            lambda: bj.fresh_worlds(0, 2, 10**12),
+            "fresh_worlds(0, range(2), 10**12): more worlds than memory holds",
+            lambda: bj.fresh_worlds(0, range(2), 10**12),
             ValueError,
             (
                 "`num_worlds` = 1000000000000 for 2 cases needs about",
@@ -780,10 +780,29 @@ ROWS: list[Row] = [
         ),
         (
             "recorded-worlds-zero-cases",
-            "recorded_worlds(0, 0)",
-            lambda: bj.recorded_worlds(0, 0),
+            "recorded_worlds(0, range(0))",
+            lambda: bj.recorded_worlds(0, range(0)),
             ValueError,
-            ("`case_ids` must be a positive count (at most 2**32) or an array of ids, got 0",),
+            ("`case_ids` must be a non-empty 1-D int array, got shape (0,)",),
+        ),
+        (
+            "recorded-worlds-count-not-ids",
+            "recorded_worlds(0, 5): a count where the ids belong",
+            lambda: bj.recorded_worlds(0, 5),
+            TypeError,
+            (
+                "`case_ids` must be the cases' ids",
+                "got the bare int 5",
+                "range(5)",
+                "not their count",
+            ),
+        ),
+        (
+            "fresh-worlds-count-not-ids",
+            "fresh_worlds(0, 3, 2): a count where the ids belong",
+            lambda: bj.fresh_worlds(0, 3, 2),
+            TypeError,
+            ("`case_ids` must be the cases' ids", "got the bare int 3", "np.arange(3)"),
         ),
         (
             "case-ids-2d",
@@ -804,22 +823,22 @@ ROWS: list[Row] = [
         "Keys and seeds",
         (
             "seed-float",
-            "recorded_worlds(0.5, 2)",
-            lambda: bj.recorded_worlds(0.5, 2),
+            "recorded_worlds(0.5, range(2))",
+            lambda: bj.recorded_worlds(0.5, range(2)),
             TypeError,
             (KEY, "got float"),
         ),
         (
             "seed-bool",
-            "recorded_worlds(True, 2)",
-            lambda: bj.recorded_worlds(True, 2),
+            "recorded_worlds(True, range(2))",
+            lambda: bj.recorded_worlds(True, range(2)),
             TypeError,
             (KEY, "got bool"),
         ),
         (
             "seed-str",
-            'recorded_worlds("0", 2)',
-            lambda: bj.recorded_worlds("0", 2),
+            'recorded_worlds("0", range(2))',
+            lambda: bj.recorded_worlds("0", range(2)),
             TypeError,
             (KEY, "got str"),
         ),
@@ -832,29 +851,29 @@ ROWS: list[Row] = [
         ),
         (
             "key-float-array",
-            "recorded_worlds(jnp.zeros(2), 2)",
-            lambda: bj.recorded_worlds(jnp.zeros(2), 2),
+            "recorded_worlds(jnp.zeros(2), range(2))",
+            lambda: bj.recorded_worlds(jnp.zeros(2), range(2)),
             TypeError,
             (KEY, "shape (2,)"),
         ),
         (
             "seed-2**32",
-            "recorded_worlds(2**32, 2)",
-            lambda: bj.recorded_worlds(2**32, 2),
+            "recorded_worlds(2**32, range(2))",
+            lambda: bj.recorded_worlds(2**32, range(2)),
             ValueError,
             ("`key`, an int seed, must be in [0, 2**32), got 4294967296",),
         ),
         (
             "seed-negative",
-            "recorded_worlds(-1, 2)",
-            lambda: bj.recorded_worlds(-1, 2),
+            "recorded_worlds(-1, range(2))",
+            lambda: bj.recorded_worlds(-1, range(2)),
             ValueError,
             ("`key`, an int seed, must be in [0, 2**32), got -1",),
         ),
         (
             "seed-numpy-int64",
-            "recorded_worlds(np.int64(2**40), 2)",
-            lambda: bj.recorded_worlds(np.int64(2**40), 2),
+            "recorded_worlds(np.int64(2**40), range(2))",
+            lambda: bj.recorded_worlds(np.int64(2**40), range(2)),
             ValueError,
             ("`key`, an int seed, must be in [0, 2**32), got 1099511627776",),
         ),
@@ -1043,7 +1062,7 @@ ROWS: list[Row] = [
             lambda: bj.exact_blame(two_step, TWO_NAN_SCORE, TWO_WORLDS),
             ValueError,
             (
-                "the pipeline returned a NaN score: failure 0, world 0: the pipeline's own score is NaN in coalition the empty coalition (the failed run)",
+                "the pipeline returned a NaN score: case 0, world 0: the pipeline's own score is NaN in coalition the empty coalition (the failed run)",
             ),
         ),
         (
@@ -1120,7 +1139,7 @@ ROWS: list[Row] = [
             lambda: bj.exact_blame(two_step, TWO_NAN_LOGITS, TWO_WORLDS),
             ValueError,
             (
-                "the pipeline returned a NaN score: failure 0, world 0: step 'review' " + NO_VALID,
+                "the pipeline returned a NaN score: case 0, world 0: step 'review' " + NO_VALID,
                 "in coalition the empty coalition (the failed run)",
             ),
         ),
@@ -1146,7 +1165,7 @@ ROWS: list[Row] = [
             lambda: bj.exact_blame(two_step, TWO_ALL_NEG, TWO_WORLDS),
             ValueError,
             (
-                "the pipeline returned a NaN score: failure 0, world 0: step 'draft' " + NO_VALID,
+                "the pipeline returned a NaN score: case 0, world 0: step 'draft' " + NO_VALID,
                 "in coalition {draft, review}",
             ),
         ),
@@ -1166,7 +1185,7 @@ ROWS: list[Row] = [
             lambda: bj.exact_blame(two_step, TWO_INNER_NEG, TWO_WORLDS),
             ValueError,
             (
-                "the pipeline returned a NaN score: failure 0, world 0: step 'review' " + NO_VALID,
+                "the pipeline returned a NaN score: case 0, world 0: step 'review' " + NO_VALID,
                 "in coalition {review}",
             ),
         ),
@@ -1318,7 +1337,7 @@ ROWS: list[Row] = [
             "method-structured-free-form",
             'method="structured" for a step whose logits are computed from a draw',
             lambda: bj.exact_blame(
-                _free_form, _FREE_CASES, bj.recorded_worlds(0, 2), method="structured"
+                _free_form, _FREE_CASES, bj.recorded_worlds(0, range(2)), method="structured"
             ),
             ValueError,
             (
@@ -1329,7 +1348,9 @@ ROWS: list[Row] = [
         (
             "free-form-above-max-steps",
             "a free-form pipeline of 2 steps, max_steps=1",
-            lambda: bj.exact_blame(_free_form, _FREE_CASES, bj.recorded_worlds(0, 2), max_steps=1),
+            lambda: bj.exact_blame(
+                _free_form, _FREE_CASES, bj.recorded_worlds(0, range(2)), max_steps=1
+            ),
             ValueError,
             (
                 "above `max_steps` = 1; the structured path does not apply because step 'b' computes",
@@ -2124,8 +2145,8 @@ ROWS: list[Row] = [
         ),
         (
             "shapley-values-worlds-f-w",
-            "shapley_values(refund, case, fresh_worlds(0, 1, 2)): keys [F, W], not [W]",
-            lambda: bj.shapley_values(refund, CASE, bj.fresh_worlds(0, 1, 2)),
+            "shapley_values(refund, case, fresh_worlds(0, range(1), 2)): keys [F, W], not [W]",
+            lambda: bj.shapley_values(refund, CASE, bj.fresh_worlds(0, range(1), 2)),
             ValueError,
             ("`worlds", "[W]"),
         ),
@@ -2288,10 +2309,10 @@ ROWS: list[Row] = [
         "Results and demos",
         (
             "result-table-failure-out-of-range",
-            "exact_blame(two_step, ...).table(5) (2 failures)",
+            "exact_blame(two_step, ...).table(5) (cases 0 and 1)",
             lambda: exact_table(5),
             ValueError,
-            ("`failure` must be in [0, 2), got 5",),
+            ("`case` must be the id of a failure in this result, got 5", "case ids are [0, 1]"),
         ),
         (
             "attribute-not-a-power-of-two",
@@ -2887,7 +2908,7 @@ ROWS: list[Row] = [
             lambda: T.blame_runs([RUN], num_worlds=2, score=lambda choices: jnp.nan),
             ValueError,
             (
-                "the pipeline returned a NaN score: failure 0, world 0: the pipeline's own score is NaN",
+                "the pipeline returned a NaN score: case 0, world 0: the pipeline's own score is NaN",
             ),
         ),
         (

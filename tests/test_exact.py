@@ -46,7 +46,7 @@ def test_exact_equals_loop_and_brute_force(kind, getkey):
     else:
         n, pipeline = 4, dag_pipeline
         cases = random_dag_cases(getkey(), num_cases=3)
-    worlds = bj.fresh_worlds(getkey(), 3, 2)
+    worlds = bj.fresh_worlds(getkey(), range(3), 2)
     v = loop_values(pipeline, cases, worlds, n).mean(axis=1)
     result = bj.exact_blame(pipeline, cases, worlds, interactions=True)
     for f in range(3):
@@ -63,16 +63,16 @@ def test_reproducible(getkey):
     # 7 failures x 4 worlds of a 5-step chain: the shapes test_chunks_and_world_groups_agree
     # compiles, so the two tests share one compiled program
     cases = random_chain_cases(jr.key(3), 5, num_cases=7)
-    a = bj.exact_blame(chain_pipeline, cases, bj.fresh_worlds(7, 7, 4))
-    b = bj.exact_blame(chain_pipeline, cases, bj.fresh_worlds(7, 7, 4))
+    a = bj.exact_blame(chain_pipeline, cases, bj.fresh_worlds(7, range(7), 4))
+    b = bj.exact_blame(chain_pipeline, cases, bj.fresh_worlds(7, range(7), 4))
     np.testing.assert_array_equal(a.shapley, b.shapley)
-    c = bj.exact_blame(chain_pipeline, cases, bj.fresh_worlds(8, 7, 4))
+    c = bj.exact_blame(chain_pipeline, cases, bj.fresh_worlds(8, range(7), 4))
     assert not np.array_equal(a.shapley, c.shapley)
 
 
 def test_chunks_and_world_groups_agree(monkeypatch, getkey):
     cases = random_chain_cases(getkey(), 5, num_cases=7)
-    worlds = bj.fresh_worlds(getkey(), 7, 4)
+    worlds = bj.fresh_worlds(getkey(), range(7), 4)
     whole = bj.exact_blame(chain_pipeline, cases, worlds)
     chunked = bj.exact_blame(chain_pipeline, cases, worlds, block_size=2)
     monkeypatch.setattr(_exact, "DEFAULT_BUDGET", 64)  # forces worlds to be scanned in groups
@@ -95,7 +95,7 @@ def test_bucket_sizes():
 
 def test_error_unknown_step_and_fix(getkey):
     cases = random_chain_cases(getkey(), 3, num_cases=2)
-    worlds = bj.recorded_worlds(0, 2)
+    worlds = bj.recorded_worlds(0, range(2))
     with pytest.raises(
         ValueError, match=r"unknown step 'planner'; this pipeline's steps are \['s0', 's1', 's2'\]"
     ):
@@ -107,7 +107,7 @@ def test_error_unknown_step_and_fix(getkey):
 def test_error_step_without_fix(getkey):
     cases = random_chain_cases(getkey(), 3, num_cases=2, num_variants=1)
     with pytest.raises(ValueError, match="step 's0' has no fix: its logits have 1 variant"):
-        bj.exact_blame(chain_pipeline, cases, bj.recorded_worlds(0, 2))
+        bj.exact_blame(chain_pipeline, cases, bj.recorded_worlds(0, range(2)))
 
 
 def test_error_too_many_steps(getkey):
@@ -117,11 +117,11 @@ def test_error_too_many_steps(getkey):
         match=r"n = 5 steps needs 2\^5 coalitions.*above `max_steps` = 4.*blamejax.mc_shapley",
     ):
         bj.exact_blame(
-            chain_pipeline, cases, bj.recorded_worlds(0, 1), max_steps=4, method="enumerate"
+            chain_pipeline, cases, bj.recorded_worlds(0, range(1)), max_steps=4, method="enumerate"
         )
     # max_steps bounds enumeration only: a tabulated chain takes the structured path past it.
     assert (
-        bj.exact_blame(chain_pipeline, cases, bj.recorded_worlds(0, 1), max_steps=4).method
+        bj.exact_blame(chain_pipeline, cases, bj.recorded_worlds(0, range(1)), max_steps=4).method
         == "structured"
     )
 
@@ -130,21 +130,23 @@ def test_error_zero_failures_and_worlds(getkey):
     cases = random_chain_cases(getkey(), 3, num_cases=2)
     empty = jax.tree_util.tree_map(lambda x: x[:0], cases)
     with pytest.raises(ValueError, match="`cases` holds zero failures"):
-        bj.exact_blame(chain_pipeline, empty, bj.recorded_worlds(0, 2))
-    worlds = bj.fresh_worlds(0, 2, 3)
+        bj.exact_blame(chain_pipeline, empty, bj.recorded_worlds(0, range(2)))
+    worlds = bj.fresh_worlds(0, range(2), 3)
     no_worlds = bj.World(key=worlds.key[:, :0])
     with pytest.raises(ValueError, match="W = 0 worlds"):
         bj.exact_blame(chain_pipeline, cases, no_worlds)
     with pytest.raises(
         ValueError, match=r"`worlds.key` must have shape \[F, W\] = \[2, W\], got \(3, 3\)"
     ):
-        bj.exact_blame(chain_pipeline, cases, bj.fresh_worlds(0, 3, 3))
+        bj.exact_blame(chain_pipeline, cases, bj.fresh_worlds(0, range(3), 3))
 
 
 def test_error_score_out_of_range(getkey):
     cases = random_chain_cases(getkey(), 3, num_cases=2)
     with pytest.raises(ValueError, match=r"outside the declared `score_range` \(0.0, 0.1\)"):
-        bj.exact_blame(chain_pipeline, cases, bj.recorded_worlds(0, 2), score_range=(0.0, 0.1))
+        bj.exact_blame(
+            chain_pipeline, cases, bj.recorded_worlds(0, range(2)), score_range=(0.0, 0.1)
+        )
 
 
 _SHARDED_SCRIPT = """
@@ -153,7 +155,7 @@ import blamejax as bj
 assert len(jax.devices()) == 2, jax.devices()
 for num in (8, 7):  # 8: one call, sharded output; 7: padded to whole rows per device
     cases = bj.demos.refund_cases(num_cases=num)
-    worlds = bj.fresh_worlds(1, num, 3)
+    worlds = bj.fresh_worlds(1, range(num), 3)
     single = bj.exact_blame(bj.demos.refund_pipeline, cases, worlds, devices=jax.devices()[:1])
     spread = bj.exact_blame(bj.demos.refund_pipeline, cases, worlds)
     np.testing.assert_allclose(np.asarray(spread.shapley), np.asarray(single.shapley), rtol=0, atol=1e-7)
@@ -190,9 +192,11 @@ def test_bad_devices_argument():
     with pytest.raises(
         TypeError, match="`devices` must be a jax device or a non-empty sequence of them"
     ):
-        bj.exact_blame(bj.demos.refund_pipeline, cases, bj.recorded_worlds(0, 2), devices=["cpu"])
+        bj.exact_blame(
+            bj.demos.refund_pipeline, cases, bj.recorded_worlds(0, range(2)), devices=["cpu"]
+        )
     with pytest.raises(TypeError, match="`devices`"):
-        bj.exact_blame(bj.demos.refund_pipeline, cases, bj.recorded_worlds(0, 2), devices=[])
+        bj.exact_blame(bj.demos.refund_pipeline, cases, bj.recorded_worlds(0, range(2)), devices=[])
 
 
 def test_warns_when_the_worlds_do_not_reproduce_the_failures():
@@ -201,16 +205,19 @@ def test_warns_when_the_worlds_do_not_reproduce_the_failures():
     import warnings
 
     pipeline, cases = bj.demos.refund_pipeline, bj.demos.refund_cases(20)
-    scores = np.asarray(bj.replay(pipeline, cases, bj.recorded_worlds(0, 20))["score"][:, 0])
+    scores = np.asarray(bj.replay(pipeline, cases, bj.recorded_worlds(0, range(20)))["score"][:, 0])
     failed, passed = np.flatnonzero(scores < 1), np.flatnonzero(scores >= 1)
     assert failed.size >= 2 and passed.size >= 1
     ids = np.concatenate([failed[:2], passed[:1]])  # two failures, then a run that passed
     rows = jax.tree_util.tree_map(lambda x: x[ids], cases)
     with pytest.warns(
-        bj.estimators.NotAFailureWarning, match=r"1 of 3 failures \(2\) already score"
+        bj.estimators.NotAFailureWarning,
+        match=rf"1 of 3 failures \(case id {ids[2]}\) already score",
     ):
         bj.exact_blame(pipeline, rows, bj.recorded_worlds(0, ids))
-    with pytest.warns(bj.estimators.NotAFailureWarning, match=r"1 of 3 failures \(2\)"):
+    with pytest.warns(
+        bj.estimators.NotAFailureWarning, match=rf"1 of 3 failures \(case id {ids[2]}\)"
+    ):
         bj.mc_shapley(pipeline, rows, bj.recorded_worlds(0, ids), 0, max_evaluations=2_000)
     only_failures = jax.tree_util.tree_map(lambda x: x[failed[:2]], cases)
     with warnings.catch_warnings():

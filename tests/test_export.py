@@ -41,7 +41,7 @@ def results():
     worlds = bj.recorded_worlds(0, ids)
     rag_cases = jax.tree_util.tree_map(lambda x: x[:6], bj.demos.rag_cases(40))
     mc = bj.mc_shapley(
-        rag, rag_cases, bj.recorded_worlds(0, 6), 0, max_evaluations=400, history=True
+        rag, rag_cases, bj.recorded_worlds(0, range(6)), 0, max_evaluations=400, history=True
     )
     return {
         "exact": bj.exact_blame(refund, failure, worlds),

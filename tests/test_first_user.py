@@ -192,3 +192,103 @@ def test_structure_plan_and_coalition_plan_are_named_and_linked():
         assert re.search(rf"\[`(bj\.[\w.]*)?{name}`\]\({re.escape(page)}", guide), name
     assert bj.Structure is bj.pipeline.Structure and bj.Plan is bj.pipeline.Plan
     assert callable(bj.coalitions.coalition_plan)
+
+
+# ---------------------------------------------------------------------------------------
+# 6. Case ids travel with the cases: a count where the ids belong is refused, and results
+#    carry the ids they were given and look failures up by them.
+# ---------------------------------------------------------------------------------------
+
+
+def _refund_failures(num_cases=24):
+    cases = bj.demos.refund_cases(num_cases)
+    scores = bj.replay(bj.demos.refund_pipeline, cases, bj.recorded_worlds(0, range(num_cases)))
+    failed = np.flatnonzero(np.asarray(scores["score"][:, 0]) < 1)
+    assert failed.size >= 3 and failed[1] != 1  # ids and positions differ
+    return {name: value[failed] for name, value in cases.items()}, failed
+
+
+@pytest.mark.parametrize("make", [bj.recorded_worlds, lambda k, ids: bj.fresh_worlds(k, ids, 2)])
+def test_a_count_where_the_ids_belong_is_refused(make):
+    _, failed = _refund_failures()
+    with pytest.raises(TypeError, match=r"got the bare int \d+; .*range\(\d+\).*not their count"):
+        make(0, len(failed))
+    with pytest.raises(TypeError, match="bare int"):
+        make(0, np.int64(3))
+
+
+def test_results_carry_the_case_ids_and_look_failures_up_by_them():
+    cases, failed = _refund_failures()
+    worlds = bj.recorded_worlds(0, failed)
+    np.testing.assert_array_equal(np.asarray(worlds.case_id)[:, 0], failed)
+    exact = bj.exact_blame(bj.demos.refund_pipeline, cases, worlds)
+    mc = bj.mc_shapley(bj.demos.refund_pipeline, cases, worlds, 0, max_evaluations=200)
+    for result in (exact, mc):
+        np.testing.assert_array_equal(result.case_ids, failed)
+        assert result.row(int(failed[1])) == 1
+        with pytest.raises(ValueError, match=r"`case` must be the id of a failure.*case ids are"):
+            result.table(1)  # a position, not an id
+    # The carried ids change nothing computed: the same numbers as worlds without them.
+    bare = bj.World(key=worlds.key)
+    np.testing.assert_array_equal(
+        exact.shapley, bj.exact_blame(bj.demos.refund_pipeline, cases, bare).shapley
+    )
+    assert exact.table(int(failed[1])) != exact.table(int(failed[0])) or np.array_equal(
+        exact.shapley[0], exact.shapley[1]
+    )
+    first = bj.exact_blame(
+        bj.demos.refund_pipeline,
+        {k: v[1:2] for k, v in cases.items()},
+        bj.recorded_worlds(0, failed[1:2]),
+    )
+    assert first.table(int(failed[1])) == exact.table(int(failed[1]))
+    # A JSON round trip keeps them.
+    again = bj.ExactResult.from_dict(json.loads(json.dumps(exact.to_dict())))
+    np.testing.assert_array_equal(again.case_ids, failed)
+
+
+def test_a_not_a_failure_warning_names_case_ids():
+    cases = bj.demos.refund_cases(24)
+    scores = bj.replay(bj.demos.refund_pipeline, cases, bj.recorded_worlds(0, range(24)))
+    passed = np.flatnonzero(np.asarray(scores["score"][:, 0]) >= 1)[:2]
+    sub = {name: value[passed] for name, value in cases.items()}
+    with pytest.warns(
+        bj.estimators.NotAFailureWarning, match=rf"case ids {passed[0]}, {passed[1]}"
+    ):
+        bj.exact_blame(bj.demos.refund_pipeline, sub, bj.recorded_worlds(0, passed))
+
+
+# ---------------------------------------------------------------------------------------
+# 7. Monte Carlo bounds stay in the possible range; all-zero marginals are named.
+# ---------------------------------------------------------------------------------------
+
+
+def _with_a_silent_step(ctx, case):
+    """`search` is drawn but never changes the score: every marginal of it is exactly 0."""
+    ctx.choose("search", case["search"])
+    score = ctx.choose("plan", case["plan"]).take(case["gain"][0])
+    return score + ctx.choose("draft", case["draft"]).take(case["gain"][1])
+
+
+def test_monte_carlo_bounds_stay_in_the_possible_range_and_silent_steps_are_named():
+    gain = jnp.array([[0.0, 0.6], [0.0, 0.4]])
+    cases = _sure_cases(2, gain=gain)
+    result = bj.mc_shapley(
+        _with_a_silent_step,
+        cases,
+        bj.recorded_worlds(0, range(2)),
+        0,
+        max_evaluations=60,
+        history=True,
+    )
+    high = result.score_range[1] - result.score_range[0]
+    assert np.asarray(result.upper).max() <= high and np.asarray(result.lower).min() >= -high
+    assert np.nanmax(np.asarray(result.history.upper)) <= high
+    assert np.nanmin(np.asarray(result.history.lower)) >= -high
+    # The unclipped interval of so few samples would pass the range: the clip did something.
+    assert np.isclose(np.asarray(result.upper).max(), high)
+    column = list(result.steps).index("search")
+    assert np.all(np.asarray(result.values)[:, column] == 0)
+    table = result.table(1)
+    assert "every sampled marginal of search was exactly 0" in table
+    assert "plan" not in table.splitlines()[-1]

@@ -113,7 +113,7 @@ signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
 import sys
 import blamejax as bj
 cases = bj.demos.agent8_cases(16)
-worlds = bj.fresh_worlds(0, 16, 4)
+worlds = bj.fresh_worlds(0, range(16), 4)
 def _announce():
     while type(signal.getsignal(signal.SIGINT)).__name__ != "_DeferredInterrupt":
         time.sleep(0.001)

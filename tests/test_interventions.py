@@ -575,7 +575,7 @@ def test_errors(pivotal):
     with pytest.raises(
         ValueError, match=r"run \d is bad in \d of its 8 worlds, so `baseline='factual'`"
     ):
-        bj.contrastive(pivotal_pipeline, two, bj.fresh_worlds(0, 2, 8), num_rollouts=4)
+        bj.contrastive(pivotal_pipeline, two, bj.fresh_worlds(0, range(2), 8), num_rollouts=4)
     with pytest.raises(
         ValueError, match=r"`observed` must be an int array of shape \[F, sites\] = \[300, 3\]"
     ):

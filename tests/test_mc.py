@@ -85,9 +85,9 @@ def same_world(world_key, num):
 def agent8_failures(num_cases=60, seed=0):
     cases = bj.demos.agent8_cases(num_cases)
     scores = np.asarray(
-        bj.replay(bj.demos.agent8_pipeline, cases, bj.recorded_worlds(seed, num_cases))["score"][
-            :, 0
-        ]
+        bj.replay(bj.demos.agent8_pipeline, cases, bj.recorded_worlds(seed, range(num_cases)))[
+            "score"
+        ][:, 0]
     )
     failed = np.flatnonzero(scores < 1)
     cases_f = jax.tree_util.tree_map(lambda x: x[failed], cases)
@@ -111,7 +111,7 @@ def agent8():
     cases, worlds = agent8_failures(40)
     cases = jax.tree_util.tree_map(lambda x: x[:24], cases)
     worlds = bj.World(key=worlds.key[:24])
-    fresh = bj.fresh_worlds(3, 24, 3)
+    fresh = bj.fresh_worlds(3, range(24), 3)
     return dict(
         cases=cases,
         worlds=worlds,
@@ -144,7 +144,7 @@ def test_estimates_add_up(agent8):
     result = bj.mc_shapley(
         GAME8,
         game_cases(tables),
-        bj.recorded_worlds(0, 16),
+        bj.recorded_worlds(0, range(16)),
         key=1,
         max_evaluations=2 + 7 * 200,
         stop=(),
@@ -318,7 +318,7 @@ def test_coverage_of_anytime_intervals():
     result = bj.mc_shapley(
         GAME8,
         game_cases(tables),
-        bj.recorded_worlds(0, num),
+        bj.recorded_worlds(0, range(num)),
         key=4,
         delta=0.1,
         max_evaluations=2 + 7 * 1000,
@@ -392,7 +392,7 @@ def test_budget_accounting_is_exact(antithetic, n):
     result = bj.mc_shapley(
         pipeline,
         game_cases(tables),
-        bj.recorded_worlds(0, 32),
+        bj.recorded_worlds(0, range(32)),
         key=5,
         max_evaluations=2 + (n - 1) * pair * 16,
         stop=(),
@@ -421,7 +421,7 @@ def test_budget_accounting_is_exact(antithetic, n):
     result = bj.mc_shapley(
         pipeline,
         game_cases(tables),
-        bj.recorded_worlds(0, 4),
+        bj.recorded_worlds(0, range(4)),
         key=5,
         max_evaluations=2 + 3 * pair * 400,
         epsilon=0.05,
@@ -445,7 +445,7 @@ def test_stopped_failure_spends_nothing_more():
     result = bj.mc_shapley(
         GAME4,
         game_cases(tables),
-        bj.recorded_worlds(0, 2),
+        bj.recorded_worlds(0, range(2)),
         key=6,
         max_evaluations=2 + 3 * budget,
         first_checkpoint=first_checkpoint,
@@ -484,10 +484,14 @@ def test_no_recompile_across_checkpoints():
     ).astype(np.float32)
     kw = dict(max_evaluations=2 + 4 * 3000, first_checkpoint=4, growth=1.5, epsilon=0.02)
     before = trace_count("mc.advance")
-    result = bj.mc_shapley(pipeline, game_cases(tables), bj.recorded_worlds(0, 16), key=8, **kw)
+    result = bj.mc_shapley(
+        pipeline, game_cases(tables), bj.recorded_worlds(0, range(16)), key=8, **kw
+    )
     assert len(set(np.asarray(result.num_samples).tolist())) >= 3  # stopped at different times
     assert len(bj.stats.checkpoints(4, 1.5, 3000)) > 10
-    again = bj.mc_shapley(pipeline, game_cases(tables[:11]), bj.recorded_worlds(1, 11), key=9, **kw)
+    again = bj.mc_shapley(
+        pipeline, game_cases(tables[:11]), bj.recorded_worlds(1, range(11)), key=9, **kw
+    )
     assert again.num_failures == 11
     assert trace_count("mc.advance") - before == 1
 
@@ -529,7 +533,7 @@ def test_intervals_use_the_declared_range():
         result = bj.mc_shapley(
             GAME4,
             game_cases(tables),
-            bj.recorded_worlds(0, 3),
+            bj.recorded_worlds(0, range(3)),
             key=12,
             lanes=32,
             score_range=(0.0, 2.0),
@@ -574,7 +578,7 @@ def test_reproducible_and_independent_of_batching():
     (the same estimates up to float summation order); another key gives other estimates."""
     rng = np.random.default_rng(13)
     tables = rng.uniform(size=(5, 16)).astype(np.float32)
-    args = (GAME4, game_cases(tables), bj.recorded_worlds(0, 5))
+    args = (GAME4, game_cases(tables), bj.recorded_worlds(0, range(5)))
     kw = dict(max_evaluations=2 + 3 * 500, epsilon=0.1)
     a = bj.mc_shapley(*args, key=14, lanes=32, **kw)
     b = bj.mc_shapley(*args, key=14, lanes=32, **kw)
@@ -629,7 +633,7 @@ def test_fixed_path_jit_equals_eager_and_differentiates():
     logits is finite and not zero. (Hard mode runs jitted throughout the other tests.)"""
     case = bj.demos.refund_tables("A")
     structure = bj.discover(bj.demos.refund_pipeline, case)
-    worlds = bj.World(key=bj.fresh_worlds(19, 1, 2).key[0])
+    worlds = bj.World(key=bj.fresh_worlds(19, range(1), 2).key[0])
 
     def planner_blame(planner_logits, mode):
         c = dict(case, planner=planner_logits)
@@ -699,7 +703,7 @@ def test_matches_exact_on_given_and_free_form_pipelines(name):
     may show no variance in 400), every Bernstein interval contains it, the estimates add
     up to exact's v(all) - v(empty) within 1e-5, and v(empty), v(all) are exact's."""
     pipeline, cases = pipelines_with_exact()[name]
-    worlds = bj.fresh_worlds(24, 12, 2)
+    worlds = bj.fresh_worlds(24, range(12), 2)
     exact = bj.exact_blame(pipeline, cases, worlds)
     n = len(exact.steps)
     t = 400
@@ -741,7 +745,7 @@ def test_deferred_draws_give_the_same_estimates(name, monkeypatch):
     from blamejax.pipeline import _context
 
     pipeline, cases = pipelines_with_exact()[name]
-    worlds = bj.fresh_worlds(24, 12, 2)
+    worlds = bj.fresh_worlds(24, range(12), 2)
     assert len(bj.Game.make(pipeline, cases).structure.sites) < permutation.DEFER_FROM
     resolved = []
     resolve = _context._resolve_chain
@@ -794,7 +798,7 @@ def test_blocks_of_prefixes_equal_one_batch(monkeypatch, antithetic):
     assert prefixes.prefix_blocks(n) == (3, 7)
     case = jax.tree_util.tree_map(lambda x: x[0], random_chain_cases(jr.key(26), n, 1))
     structure = bj.discover(chain_pipeline, case)
-    worlds = bj.World(key=bj.fresh_worlds(27, 1, 2).key[0])
+    worlds = bj.World(key=bj.fresh_worlds(27, range(1), 2).key[0])
 
     def estimate(case):
         return bj.estimators.mc_shapley_fixed(
@@ -833,7 +837,7 @@ def test_ends_in_the_loop_trace_the_pipeline_once(monkeypatch):
 
     def run(n, **kw):
         cases = random_chain_cases(jr.key(40 + n), n, 5)
-        worlds = bj.fresh_worlds(41, 5, 2)
+        worlds = bj.fresh_worlds(41, range(5), 2)
         bj.Game.make(pipeline, cases)  # discovery (cached) before counting
         before = len(calls)
         result = bj.mc_shapley(
@@ -873,7 +877,7 @@ def test_ends_in_the_loop_trace_the_pipeline_once(monkeypatch):
 
 def test_errors_name_the_argument():
     cases = game_cases(np.random.default_rng(0).uniform(size=(2, 16)))
-    worlds = bj.recorded_worlds(0, 2)
+    worlds = bj.recorded_worlds(0, range(2))
     kw = dict(key=0, lanes=32)
     with pytest.raises(TypeError, match="max_evaluations"):
         bj.mc_shapley(GAME4, cases, worlds, **kw)
@@ -904,7 +908,7 @@ def test_table_mentions_rule_and_budget():
     result = bj.mc_shapley(
         GAME4,
         game_cases(unanimity(4, 1)[None]),
-        bj.recorded_worlds(0, 1),
+        bj.recorded_worlds(0, range(1)),
         key=0,
         max_evaluations=2000,
         lanes=32,

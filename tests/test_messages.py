@@ -32,7 +32,7 @@ def test_table_without_given_says_given_is_missing():
         score=np.zeros((1, 4), np.float32),
     )
     with pytest.raises(ValueError) as info:
-        bj.exact_blame(_forgot_given, cases, bj.recorded_worlds(0, 1))
+        bj.exact_blame(_forgot_given, cases, bj.recorded_worlds(0, range(1)))
     message = str(info.value)
     assert "logits of step 'b' must have shape [V, K]" in message  # the shape error is kept
     assert "got shape (2, 3, 4)" in message
@@ -62,8 +62,8 @@ def _one_step(ctx, case):
 @pytest.mark.parametrize(
     "call",
     [
-        lambda cases: bj.exact_blame(_one_step, cases, bj.recorded_worlds(0, 2)),
-        lambda cases: bj.replay(_one_step, cases, bj.recorded_worlds(0, 2)),
+        lambda cases: bj.exact_blame(_one_step, cases, bj.recorded_worlds(0, range(2))),
+        lambda cases: bj.replay(_one_step, cases, bj.recorded_worlds(0, range(2))),
         lambda cases: bj.blame_batch(_one_step, cases, 0),
     ],
     ids=["exact_blame", "replay", "blame_batch"],
@@ -81,17 +81,17 @@ def test_python_list_leaf_is_named_by_its_path(call):
 
 def test_python_list_as_the_whole_cases_and_tuple_leaves():
     with pytest.raises(TypeError, match=r"`cases` is a Python list; convert it with np.asarray"):
-        bj.replay(_one_step, [[0.0, 1.0], [2.0, 3.0]], bj.recorded_worlds(0, 2))
+        bj.replay(_one_step, [[0.0, 1.0], [2.0, 3.0]], bj.recorded_worlds(0, range(2)))
     cases = {"a": np.zeros((2, 2, 2), np.float32), "b": {"c": (1.0, 2.0)}}
     with pytest.raises(TypeError, match=r"`cases` leaf \['b'\]\['c'\] is a Python tuple"):
-        bj.replay(_one_step, cases, bj.recorded_worlds(0, 2))
+        bj.replay(_one_step, cases, bj.recorded_worlds(0, range(2)))
 
 
 def test_a_list_of_arrays_is_still_a_pytree():
     """A list of arrays that each have the case axis is a pytree like any other."""
     cases = {"a": [np.zeros((2, 2, 2), np.float32)]}
     pipeline = lambda ctx, case: _one_step(ctx, {"a": case["a"][0]})  # noqa: E731
-    out = bj.replay(pipeline, cases, bj.recorded_worlds(0, 2))
+    out = bj.replay(pipeline, cases, bj.recorded_worlds(0, range(2)))
     assert out["score"].shape == (2, 1)
 
 
@@ -108,9 +108,9 @@ PASSING = dict(a=np.zeros((1, 2, 2), np.float32), b=np.zeros((1, 2, 2), np.float
 @pytest.mark.parametrize(
     "estimator",
     [
-        lambda: bj.exact_blame(_always_passes, PASSING, bj.recorded_worlds(0, 1)),
+        lambda: bj.exact_blame(_always_passes, PASSING, bj.recorded_worlds(0, range(1))),
         lambda: bj.mc_shapley(
-            _always_passes, PASSING, bj.recorded_worlds(0, 1), key=0, max_evaluations=200
+            _always_passes, PASSING, bj.recorded_worlds(0, range(1)), key=0, max_evaluations=200
         ),
     ],
     ids=["exact_blame", "mc_shapley"],

@@ -376,7 +376,7 @@ def _plan_traces(pipeline, make_cases):
     num_steps = structure.num_steps
     players = tuple(range(num_steps))
     fixes = tuple(1 for _ in players)
-    keys = bj.recorded_worlds(2, NUM_PLAN_CASES).key[:, 0]
+    keys = bj.recorded_worlds(2, range(NUM_PLAN_CASES)).key[:, 0]
     forced = rng.integers(0, 2, size=(NUM_PLAN_CASES, len(structure.sites)))
 
     def run(case, key, forced_row):

@@ -84,7 +84,7 @@ def test_exact_blame_redoes_a_pass_flagged_by_an_unreached_row():
     """exact_blame first checks the table rows once per world, so an all -inf row that no run
     reaches makes its world's coalitions NaN there; it then redoes the call with the check
     per run, which gives exactly the values of the same cases with that row finite."""
-    num_cases, worlds = 6, bj.fresh_worlds(0, 6, 3)
+    num_cases, worlds = 6, bj.fresh_worlds(0, range(6), 3)
     finite = bj.exact_blame(
         two_step, _unreached_cases(np.random.default_rng(3), num_cases, "finite"), worlds
     )
@@ -114,7 +114,7 @@ def test_neg_inf_in_unreached_row_changes_nothing(mode):
     relaxed mode its weight is exactly 0). Making that row partly or wholly -inf changes
     no coalition's score (`coalition_values`) and no run's choices, and gives no NaN."""
     num_cases, num_worlds = 6, 3
-    worlds = bj.fresh_worlds(0, num_cases, num_worlds)
+    worlds = bj.fresh_worlds(0, range(num_cases), num_worlds)
     run = _unreached_runner(mode)
     v_finite, c_finite, s_finite = (
         np.asarray(x)
@@ -177,10 +177,10 @@ def test_error_wrong_table_shape():
         ValueError,
         match="step 'b' have 5 rows on parent axis 0 but the parent choice has 4 options",
     ):
-        bj.exact_blame(pipeline, cases, bj.recorded_worlds(0, 2))
+        bj.exact_blame(pipeline, cases, bj.recorded_worlds(0, range(2)))
     cases = dict(a=jnp.zeros((2, 2, 4)), b=jnp.zeros((2, 2, 3)))
     with pytest.raises(ValueError, match=r"logits of step 'b' must have shape \[V, K_parent0, K\]"):
-        bj.exact_blame(pipeline, cases, bj.recorded_worlds(0, 2))
+        bj.exact_blame(pipeline, cases, bj.recorded_worlds(0, range(2)))
 
 
 def test_error_nan_logits(getkey):
@@ -189,7 +189,7 @@ def test_error_nan_logits(getkey):
     with pytest.raises(
         ValueError, match=r"\['tables'\]\[1\]` contains NaN \(first at index \[1, 0, 2, 1\]\)"
     ):
-        bj.exact_blame(chain_pipeline, cases, bj.recorded_worlds(0, 2))
+        bj.exact_blame(chain_pipeline, cases, bj.recorded_worlds(0, range(2)))
 
 
 def test_error_pipeline_returns_vector():
@@ -200,7 +200,7 @@ def test_error_pipeline_returns_vector():
     with pytest.raises(
         ValueError, match=r"must return a scalar score, got an output of shape \(2,\)"
     ):
-        bj.exact_blame(pipeline, dict(a=jnp.zeros((1, 2, 3))), bj.recorded_worlds(0, 1))
+        bj.exact_blame(pipeline, dict(a=jnp.zeros((1, 2, 3))), bj.recorded_worlds(0, range(1)))
 
 
 def test_error_same_slot_twice():
@@ -209,7 +209,7 @@ def test_error_same_slot_twice():
         return ctx.choose("a", case["a"]).take(jnp.ones(3))
 
     with pytest.raises(ValueError, match="step 'a' draws twice in slot 0"):
-        bj.exact_blame(pipeline, dict(a=jnp.zeros((1, 2, 3))), bj.recorded_worlds(0, 1))
+        bj.exact_blame(pipeline, dict(a=jnp.zeros((1, 2, 3))), bj.recorded_worlds(0, range(1)))
 
 
 def test_error_bad_tau():

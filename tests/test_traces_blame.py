@@ -42,7 +42,7 @@ def _recorded_runs(cases, seed: int = 7):
     """Run `direct` once per case under its recorded noise and write down what a log keeps:
     the tables, the choices and the accept labels."""
     num_runs = cases["s0"].shape[0]
-    out = bj.replay(direct, cases, bj.recorded_worlds(seed, num_runs))
+    out = bj.replay(direct, cases, bj.recorded_worlds(seed, range(num_runs)))
     choices = np.asarray(out["choice"])[:, 0]  # [F, sites]
     scores = np.asarray(out["score"])[:, 0]
     runs = []
@@ -276,7 +276,7 @@ REFUND_AGENTS = {"planner": "A", "retriever": "B", "writer": "B", "reviewer": "A
 
 def _refund_result():
     cases = bj.demos.refund_cases(num_cases=1)
-    return bj.exact_blame(bj.demos.refund_pipeline, cases, bj.recorded_worlds(0, 1))
+    return bj.exact_blame(bj.demos.refund_pipeline, cases, bj.recorded_worlds(0, range(1)))
 
 
 def test_readout_of_the_refund_game_by_hand():
@@ -325,7 +325,12 @@ def test_readout_ties_within_the_tolerance_only():
 def test_readout_of_monte_carlo_and_batch_results():
     cases = bj.demos.refund_cases(num_cases=2)
     mc = bj.mc_shapley(
-        bj.demos.refund_pipeline, cases, bj.recorded_worlds(0, 2), 0, max_evaluations=400, stop=()
+        bj.demos.refund_pipeline,
+        cases,
+        bj.recorded_worlds(0, range(2)),
+        0,
+        max_evaluations=400,
+        stop=(),
     )
     read = bj.traces.readout(mc, REFUND_AGENTS, failure=1)
     np.testing.assert_array_equal(read.per_step, np.asarray(mc.values[1], np.float64))

@@ -268,7 +268,7 @@ def test_inferred_worlds_reproduce_factual_run():
     pipeline = dag
     num_cases, num_worlds = 48, 4
     cases = dag_cases(np.random.default_rng(11), num_cases)
-    factual = bj.replay(pipeline, cases, bj.recorded_worlds(5, num_cases))
+    factual = bj.replay(pipeline, cases, bj.recorded_worlds(5, range(num_cases)))
     observed = factual["choice"][:, 0]
     # the factual runs took -inf-free options and the tables do hold -inf entries
     assert any(np.isneginf(np.asarray(x)).any() for x in jax.tree_util.tree_leaves(cases))
@@ -368,6 +368,8 @@ def test_replay_fidelity(interaction):
     np.testing.assert_array_equal(recorded.per_run, 1.0)
     inferred = bj.inferred_worlds(interaction_pipeline, cases, record, 3, 8)
     assert bj.worlds.replay_fidelity(interaction_pipeline, cases, inferred, record).rate == 1.0
-    fresh = bj.worlds.replay_fidelity(interaction_pipeline, cases, bj.fresh_worlds(3, 4, 1), record)
+    fresh = bj.worlds.replay_fidelity(
+        interaction_pipeline, cases, bj.fresh_worlds(3, range(4), 1), record
+    )
     assert fresh.rate < 1.0  # the negative control: expected (0.3 + 0.3 + 0.5) / 3 = 0.37
     assert fresh.sites == ("id_check", "fraud_check", "logger")

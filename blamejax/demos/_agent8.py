@@ -144,7 +144,7 @@ def agent8_report(num_cases: int = 200, seed: int = 0, max_evaluations: int = 30
     ]
     cases = agent8_cases(num_cases)
     scores = np.asarray(
-        bj.replay(agent8_pipeline, cases, bj.recorded_worlds(seed, num_cases))["score"][:, 0]
+        bj.replay(agent8_pipeline, cases, bj.recorded_worlds(seed, range(num_cases)))["score"][:, 0]
     )
     failed = np.flatnonzero(scores < 1)
     lines.append(
@@ -258,7 +258,7 @@ def agent8_report(num_cases: int = 200, seed: int = 0, max_evaluations: int = 30
                 "refund (mechanism A)",
                 refund_pipeline,
                 refund_cases(1, "A"),
-                bj.recorded_worlds(seed, 1),
+                bj.recorded_worlds(seed, range(1)),
             ),
             ("agent8", agent8_pipeline, cases_f, worlds_f),
         )

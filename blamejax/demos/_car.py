@@ -310,7 +310,7 @@ def run_car_demo(args) -> int:
     # 3. Replay fidelity.
     fidelity_recorded = bj.worlds.replay_fidelity(interaction_pipeline, cases, worlds, observed)
     fidelity_inferred = bj.worlds.replay_fidelity(interaction_pipeline, cases, inferred, observed)
-    fresh_worlds = bj.fresh_worlds(seed, len(ids), 8)
+    fresh_worlds = bj.fresh_worlds(seed, range(len(ids)), 8)
     fidelity_fresh = bj.worlds.replay_fidelity(interaction_pipeline, cases, fresh_worlds, observed)
     print("3. Replay fidelity (share of draws whose replayed choice equals the record):")
     print(

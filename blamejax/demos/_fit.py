@@ -245,7 +245,7 @@ def fit_rag_fix(
     if constraint not in CONSTRAINTS:
         raise ValueError(f"`constraint` must be one of {tuple(CONSTRAINTS)}, got {constraint!r}")
     cases = rag_cases(num_cases, seed=seed)
-    run = replay(rag_pipeline, cases, recorded_worlds(seed, num_cases))
+    run = replay(rag_pipeline, cases, recorded_worlds(seed, range(num_cases)))
     failed = np.flatnonzero(np.asarray(run["score"][:, 0]) < 1)
     if failed.size < 4:
         raise ValueError(
@@ -319,7 +319,7 @@ def _demo_failures(name: str, num_cases: int, seed: int):
         pipeline, cases = rag_pipeline, rag_cases(num_cases, seed=seed)
     else:
         raise ValueError(f"`demo` must be 'refund' or 'rag', got {name!r}")
-    run = replay(pipeline, cases, recorded_worlds(seed, num_cases))
+    run = replay(pipeline, cases, recorded_worlds(seed, range(num_cases)))
     failed = np.flatnonzero(np.asarray(run["score"][:, 0]) < 1)
     return (
         pipeline,

@@ -41,7 +41,7 @@ Gumbel-max coupling, which data cannot identify.
 ```python
 import blamejax as bj
 cases = bj.demos.rag_cases(200, seed=0)
-scores = bj.replay(bj.demos.rag_pipeline, cases, bj.recorded_worlds(0, 200))["score"]
+scores = bj.replay(bj.demos.rag_pipeline, cases, bj.recorded_worlds(0, range(200)))["score"]
 ```
 """
 

@@ -88,7 +88,7 @@ def run_rag_demo(args) -> int:
             seconds=round(seconds, 2),
         )
     if "fresh" in modes and not args.skip_noise_sharing:
-        run = replay(rag_pipeline, cases, recorded_worlds(args.seed, num_cases))
+        run = replay(rag_pipeline, cases, recorded_worlds(args.seed, range(num_cases)))
         ids = np.flatnonzero(np.asarray(run["score"][:, 0]) < 1)
         failures = jax.tree_util.tree_map(lambda x: x[ids], cases)
         gain = noise_sharing_gain(

@@ -81,7 +81,7 @@ def shapley_values(
     import jax, blamejax as bj
     cases = bj.demos.refund_cases(1)
     case = jax.tree_util.tree_map(lambda x: x[0], cases)
-    worlds = jax.tree_util.tree_map(lambda x: x[0], bj.fresh_worlds(0, 1, 4))
+    worlds = jax.tree_util.tree_map(lambda x: x[0], bj.fresh_worlds(0, range(1), 4))
     grad = jax.jit(jax.grad(lambda c: bj.shapley_values(bj.demos.refund_pipeline, c, worlds).shapley[0]))(case)
     ```
     """

@@ -16,7 +16,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import check_scores_in_range, check_worlds, leading_size, warn_not_failures
+from .._checks import (
+    check_scores_in_range,
+    check_worlds,
+    leading_size,
+    split_case_ids,
+    warn_not_failures,
+)
 from .._compile import compiled, note_trace
 from .._game import Game, make_game
 from ..coalitions import coalition_values, explain_nan_score, last_step_blame
@@ -360,7 +366,7 @@ def exact_blame(
     ```python
     import blamejax as bj
     cases = bj.demos.refund_cases(num_cases=1)
-    result = bj.exact_blame(bj.demos.refund_pipeline, cases, bj.recorded_worlds(0, 1))
+    result = bj.exact_blame(bj.demos.refund_pipeline, cases, bj.recorded_worlds(0, range(1)))
     print(result.table())
     ```
     """
@@ -379,7 +385,7 @@ def exact_blame(
         interruptible=True,
         method=method,
     )[0]
-    warn_not_failures(result.empty, game.score_range)
+    warn_not_failures(result.empty, game.score_range, case_ids=result.case_ids)
     return result
 
 
@@ -430,6 +436,10 @@ def exact_run(
     n = game.num_players
     method, elim, graph = resolve_method(game, cases, method, max_steps)
     num_worlds = check_worlds(worlds, num_failures, structure)
+    worlds, carried = split_case_ids(worlds)  # the ids travel to the result, not the programs
+    if case_ids is None:
+        case_ids = carried
+    again["case_ids"] = case_ids
     if block_size is not None and (
         not isinstance(block_size, int) or block_size < 1 or block_size & (block_size - 1)
     ):
@@ -518,6 +528,7 @@ def exact_run(
         last_step=last,
         score_range=game.score_range,
         method=method,
+        case_ids=np.arange(num_failures) if case_ids is None else np.asarray(case_ids, np.int64),
     )
     return result, (None if threshold is None else resolve)
 

@@ -28,7 +28,14 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import PRNGKeyArray
 
-from .._checks import as_key, check_scores_in_range, check_worlds, leading_size, warn_not_failures
+from .._checks import (
+    as_key,
+    check_scores_in_range,
+    check_worlds,
+    leading_size,
+    split_case_ids,
+    warn_not_failures,
+)
 from .._game import Game, make_game
 from ..pipeline import Hard, World, check_finite_logits
 from ..stats import (
@@ -70,6 +77,7 @@ class MCSettings(NamedTuple):
     num_lanes: int  # samples per loop iteration (per device)
     history: bool
     devices: int = 1  # devices the failure slots are split over
+    case_ids: np.ndarray | None = None  # shape=(F,), the case id of each failure (from the worlds)
 
 
 class MCState(NamedTuple):
@@ -223,7 +231,7 @@ def mc_shapley(
     ```python
     import blamejax as bj
     cases = bj.demos.refund_cases(num_cases=1)  # customer 0's reply was wrong: a failure
-    worlds = bj.recorded_worlds(0, 1)
+    worlds = bj.recorded_worlds(0, range(1))
     result = bj.mc_shapley(bj.demos.refund_pipeline, cases, worlds, key=1,
                            max_evaluations=100_000, stop="top1", epsilon=0.05)
     print(result.table(0))
@@ -248,6 +256,8 @@ def mc_shapley(
         lanes,
         history,
     )
+    worlds, case_ids = split_case_ids(worlds)  # the ids travel to the result, not the programs
+    settings = settings._replace(case_ids=case_ids)
     cases = jax.tree_util.tree_map(jnp.asarray, cases)  # on the device once, sliced there
     sharding = failure_sharding(devices)
     if sharding is not None:  # each device: its share of the failures and of the lanes
@@ -270,7 +280,7 @@ def mc_shapley(
         if len(state.active) == 0:
             break
     result = _mc_finish(settings, state)
-    warn_not_failures(result.empty, game.score_range)
+    warn_not_failures(result.empty, game.score_range, case_ids=result.case_ids)
     return result
 
 
@@ -539,14 +549,21 @@ def _mc_finish(settings: MCSettings, state: MCState) -> MCResult:
     """The result: host NumPy arrays, as computed (float64; nothing rounded, and no transfer
     back to the device, which cost small runs a noticeable share of their time)."""
     variance = state.m2 / np.maximum(state.count - 1, 1)[:, None]
+    # A Shapley value lies where its marginals do, in [-(high - low), high - low]: the
+    # reported bounds go no further (the stopping rules saw the unclipped ones).
+    bound = settings.value_range / 2
     history = None
     if state.history is not None:
-        history = MCHistory(t=np.asarray(settings.schedule, np.int32), **state.history)
+        recorded = dict(state.history)
+        for name in ("lower", "upper"):
+            recorded[name] = np.clip(recorded[name], -bound, bound)
+        history = MCHistory(t=np.asarray(settings.schedule, np.int32), **recorded)
+    num_failures = state.mean.shape[0]
     return MCResult(
         steps=settings.game.steps,
         values=state.mean,
-        lower=state.lower,
-        upper=state.upper,
+        lower=np.clip(state.lower, -bound, bound),
+        upper=np.clip(state.upper, -bound, bound),
         variance=variance,
         empty=state.empty,
         full=state.full,
@@ -563,4 +580,5 @@ def _mc_finish(settings: MCSettings, state: MCState) -> MCResult:
         stop=settings.stop,
         score_range=settings.game.score_range,
         evaluations_computed=int(state.computed),
+        case_ids=np.arange(num_failures) if settings.case_ids is None else settings.case_ids,
     )

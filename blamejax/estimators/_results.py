@@ -31,6 +31,8 @@ class ExactResult(JSONExport, eqx.Module):
     - `score_range`: the declared (low, high) of the score.
     - `method`: the path that computed it: `"structured"` (the multilinear extension of a
       tabulated pipeline) or `"enumerate"` (every coalition).
+    - `case_ids`: `Int[np.ndarray, "F"]`, the case id of each failure, as the worlds carried
+      it (`recorded_worlds(key, ids)`); 0..F-1 for worlds that carry none.
     """
 
     steps: tuple[str, ...] = eqx.field(static=True)
@@ -44,6 +46,7 @@ class ExactResult(JSONExport, eqx.Module):
     last_step: Int[Array, "F W"]
     score_range: tuple[float, float] = eqx.field(static=True)
     method: str = eqx.field(static=True, default="enumerate")
+    case_ids: Int[np.ndarray, " F"] | None = None
 
     @property
     def total(self) -> Float[Array, " F"]:
@@ -55,10 +58,14 @@ class ExactResult(JSONExport, eqx.Module):
         """F, the number of failures blamed."""
         return int(self.shapley.shape[0])
 
-    def table(self, failure: int = 0, digits: int = 4) -> str:
-        """A plain-text table of every rule side by side for one failure."""
-        if not 0 <= failure < self.num_failures:
-            raise ValueError(f"`failure` must be in [0, {self.num_failures}), got {failure}")
+    def row(self, case: int) -> int:
+        """The row of the failure with case id `case` (see `case_ids`)."""
+        return case_row(self.case_ids, self.num_failures, case)
+
+    def table(self, case: int | None = None, digits: int = 4) -> str:
+        """A plain-text table of every rule side by side for the failure with case id `case`
+        (default: the first failure)."""
+        failure = 0 if case is None else self.row(case)
         last = np.asarray(self.last_step[failure])
         share = [np.mean(last == i) for i in range(len(self.steps))]  # over worlds
         lines = step_rows(
@@ -84,6 +91,21 @@ class ExactResult(JSONExport, eqx.Module):
 
 
 RULE_NAMES = ("budget",) + RULES
+
+
+def case_row(case_ids, num_failures: int, case) -> int:
+    """The row of the failure with case id `case` among `case_ids` (0..F-1 when `None`)."""
+    ids = np.arange(num_failures) if case_ids is None else np.asarray(case_ids)
+    if isinstance(case, bool) or not isinstance(case, (int, np.integer)):
+        raise TypeError(f"`case` must be a case id (an int), got {case!r}")
+    rows = np.flatnonzero(ids == case)
+    if rows.size == 0:
+        shown = ", ".join(str(int(i)) for i in ids[:8]) + (", ..." if ids.size > 8 else "")
+        raise ValueError(
+            f"`case` must be the id of a failure in this result, got {case}; its case ids are "
+            f"[{shown}] (`result.case_ids`)"
+        )
+    return int(rows[0])
 
 
 class MCHistory(eqx.Module):
@@ -123,6 +145,8 @@ class MCResult(JSONExport, eqx.Module):
       `rule_names`, `evaluations_computed` (every evaluation the compiled calls ran,
       including idle lanes, padding slots and the padding of each order's prefixes
       (`blamejax.scored_prefixes`), which no failure is charged for).
+    - `case_ids`: `Int[np.ndarray, "F"]`, the case id of each failure, as the worlds carried
+      it; 0..F-1 for worlds that carry none.
     """
 
     steps: tuple[str, ...] = eqx.field(static=True)
@@ -146,6 +170,7 @@ class MCResult(JSONExport, eqx.Module):
     score_range: tuple[float, float] = eqx.field(static=True)
     evaluations_computed: int = eqx.field(static=True)
     rule_names: tuple[str, ...] = eqx.field(static=True, default=RULE_NAMES)
+    case_ids: Int[np.ndarray, " F"] | None = None
 
     @property
     def num_failures(self) -> int:
@@ -171,10 +196,16 @@ class MCResult(JSONExport, eqx.Module):
     def _nested(cls) -> dict:
         return {"history": MCHistory}
 
-    def table(self, failure: int = 0, digits: int = 4) -> str:
-        """A plain-text table of one failure's estimates and intervals."""
-        if not 0 <= failure < self.num_failures:
-            raise ValueError(f"`failure` must be in [0, {self.num_failures}), got {failure}")
+    def row(self, case: int) -> int:
+        """The row of the failure with case id `case` (see `case_ids`)."""
+        return case_row(self.case_ids, self.num_failures, case)
+
+    def table(self, case: int | None = None, digits: int = 4) -> str:
+        """A plain-text table of the estimates and intervals of the failure with case id
+        `case` (default: the first failure). A step every sampled marginal of which was
+        exactly 0 is marked: its interval is what the samples cannot rule out, not a
+        measured spread."""
+        failure = 0 if case is None else self.row(case)
         lines = step_rows(
             self.steps,
             [
@@ -198,6 +229,13 @@ class MCResult(JSONExport, eqx.Module):
             f"{self.radius} intervals at 1 - delta = {1 - self.delta:g} per failure ({level}); "
             f"v(empty) = {float(self.empty[failure]):.{digits}f}, v(all) = {float(self.full[failure]):.{digits}f}"
         )
+        silent = (np.asarray(self.values[failure]) == 0) & (np.asarray(self.variance[failure]) == 0)
+        if silent.any():
+            names = ", ".join(step for step, zero in zip(self.steps, silent) if zero)
+            lines.append(
+                f"every sampled marginal of {names} was exactly 0: the interval is what "
+                f"{int(self.num_samples[failure])} {unit} cannot rule out, not a measured spread"
+            )
         return "\n".join(lines)
 
 
@@ -321,6 +359,11 @@ class BatchResult(JSONExport, eqx.Module):
     def num_analysed(self) -> int:
         """How many failures were analysed (the length of `failure_ids`)."""
         return int(self.failure_ids.shape[0])
+
+    def row(self, case: int) -> int:
+        """The row (of every failure axis) of the analysed failure with case id `case`: the
+        failures come in a seeded random order, so look them up by id."""
+        return case_row(self.failure_ids, self.num_analysed, case)
 
     def table(self) -> str:
         """The terminal table: one row per step."""

@@ -134,7 +134,7 @@ def resample_shapley(
     ```python
     import blamejax as bj
     cases = bj.demos.interaction_cases(1)
-    worlds = bj.recorded_worlds(0, 1)
+    worlds = bj.recorded_worlds(0, range(1))
     game = bj.interventions.resample_shapley(bj.demos.interaction_pipeline, cases, worlds, num_rollouts=400)
     ```
     """

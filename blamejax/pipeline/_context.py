@@ -151,11 +151,15 @@ class World(eqx.Module):
       order): Gumbels recorded from a log or produced by abduction.
     - `valid`: `None`, or one `Bool[Array, ""]` per site; where true the override wins over
       the addressed value.
+    - `case_id`: `None`, or the id of the case the world belongs to (`UInt32[Array, ""]`,
+      `[F, W]` over a batch). `recorded_worlds`, `fresh_worlds` and `inferred_worlds` set it,
+      so results carry the ids of the cases they blame; the pipeline never reads it.
     """
 
     key: PRNGKeyArray
     overrides: tuple | None = None
     valid: tuple | None = None
+    case_id: Array | None = None
 
 
 def world_noise(structure, world: World) -> Float[Array, "sites K"]:

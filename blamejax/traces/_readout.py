@@ -152,7 +152,7 @@ def readout(
     ```python
     import blamejax as bj
     cases = bj.demos.refund_cases(num_cases=1)
-    result = bj.exact_blame(bj.demos.refund_pipeline, cases, bj.recorded_worlds(0, 1))
+    result = bj.exact_blame(bj.demos.refund_pipeline, cases, bj.recorded_worlds(0, range(1)))
     out = bj.traces.readout(result, {"planner": "Planner", "retriever": "Search",
                                      "writer": "Writer", "reviewer": "Writer"})
     assert out.when == ("planner", "retriever")          # 5/12 each: a tie, both named

@@ -58,8 +58,8 @@ def replay_fidelity(pipeline: Callable, cases, worlds, observed) -> ReplayFideli
     ```python
     import blamejax as bj
     pipeline, cases = bj.demos.refund_pipeline, bj.demos.refund_cases(8)
-    record = bj.replay(pipeline, cases, bj.recorded_worlds(0, 8))["choice"][:, 0]
-    assert bj.worlds.replay_fidelity(pipeline, cases, bj.recorded_worlds(0, 8), record).rate == 1.0
+    record = bj.replay(pipeline, cases, bj.recorded_worlds(0, range(8)))["choice"][:, 0]
+    assert bj.worlds.replay_fidelity(pipeline, cases, bj.recorded_worlds(0, range(8)), record).rate == 1.0
     ```
     """
     structure, num_cases, _ = discover_checked(pipeline, cases, worlds)

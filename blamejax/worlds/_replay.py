@@ -30,7 +30,7 @@ def replay(pipeline: Callable, cases, worlds: World, plan: Plan | None = None, m
     ```python
     import blamejax as bj
     cases = bj.demos.refund_cases(8)
-    out = bj.replay(bj.demos.refund_pipeline, cases, bj.recorded_worlds(0, 8))
+    out = bj.replay(bj.demos.refund_pipeline, cases, bj.recorded_worlds(0, range(8)))
     failed = out["score"][:, 0] < 1
     ```
 

@@ -32,11 +32,14 @@ from ..pipeline import (
 
 def _case_ids(case_ids) -> np.ndarray:
     if isinstance(case_ids, (int, np.integer)) and not isinstance(case_ids, bool):
-        if not 1 <= case_ids <= 2**32:
-            raise ValueError(
-                f"`case_ids` must be a positive count (at most 2**32) or an array of ids, got {case_ids}"
-            )
-        return np.arange(int(case_ids))
+        # A bare count is the easy slip `recorded_worlds(0, len(failed))` for
+        # `recorded_worlds(0, failed)`: it would give every failure the noise of case 0, 1, ...
+        # instead of its own, with no word. Ask for the ids.
+        raise TypeError(
+            f"`case_ids` must be the cases' ids (an int array), got the bare int {case_ids}; "
+            f"for cases 0..{int(case_ids) - 1} pass range({case_ids}) or np.arange({case_ids}), "
+            "for a subset of cases pass their ids (e.g. the failures' ids, not their count)"
+        )
     ids = np.asarray(case_ids)
     if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer) or ids.size == 0:
         raise ValueError(
@@ -49,18 +52,25 @@ def _case_ids(case_ids) -> np.ndarray:
     return ids
 
 
+def _case_id_leaf(ids: np.ndarray, shape: tuple) -> jax.Array:
+    """`World.case_id`: each world's case id, `[F, W]` uint32 as the keys."""
+    return jnp.broadcast_to(jnp.asarray(ids.astype(np.uint32))[:, None], shape)
+
+
 def recorded_worlds(key, case_ids) -> World:
     """The recorded noise of cases: world 0 of each case's own key.
 
     **Arguments:**
     - `key`: the root key (or int seed) the cases were run with.
-    - `case_ids`: the number of cases F (ids 0..F-1), or an int array of case ids.
+    - `case_ids`: the cases' ids, an int array `[F]` (`range(F)` for cases 0..F-1); each
+      case's noise is addressed by its id, so a subset of cases passes its own ids.
 
     **Returns:** a `World` whose key has shape `[F, 1]`.
     """
     key = as_key(key)
     ids = _case_ids(case_ids).astype(np.uint32)
-    return World(key=world_key(key, ids[:, None], np.uint32(0)))  # one compiled call for all cases
+    keys = world_key(key, ids[:, None], np.uint32(0))  # one compiled call for all cases
+    return World(key=keys, case_id=_case_id_leaf(ids, keys.shape))
 
 
 def fresh_worlds(key, case_ids, num_worlds: int) -> World:
@@ -75,7 +85,8 @@ def fresh_worlds(key, case_ids, num_worlds: int) -> World:
     ids = _case_ids(case_ids).astype(np.uint32)
     _check_world_memory(ids.size, num_worlds, 0)
     worlds = np.arange(1, num_worlds + 1, dtype=np.uint32)
-    return World(key=world_key(key, ids[:, None], worlds[None, :]))  # one compiled call
+    keys = world_key(key, ids[:, None], worlds[None, :])  # one compiled call
+    return World(key=keys, case_id=_case_id_leaf(ids, keys.shape))
 
 
 def _check_world_memory(num_cases: int, num_worlds: int, options: int) -> None:
@@ -156,7 +167,12 @@ def inferred_worlds(
         for i, site_noise in zip(group, noise):
             overrides[i] = site_noise
     valid = jnp.ones(keys.shape, bool)
-    return World(key=keys, overrides=tuple(overrides), valid=tuple(valid for _ in structure.sites))
+    return World(
+        key=keys,
+        overrides=tuple(overrides),
+        valid=tuple(valid for _ in structure.sites),
+        case_id=_case_id_leaf(ids, keys.shape),
+    )
 
 
 @compiled("worlds.seen")
