@@ -153,7 +153,7 @@ def _build_screen(scm: SCM, shape):
 
 def recorded_worlds_of(key_noise, ids) -> World:
     keys = jax.vmap(lambda f: world_key(key_noise, f, 0))(jnp.asarray(ids))
-    return World(key=keys[:, None])
+    return World(key=keys[:, None], case_id=jnp.asarray(ids, jnp.uint32)[:, None])
 
 
 def inject_errors(
