@@ -141,7 +141,7 @@ def split_case_ids(worlds: World) -> tuple[World, np.ndarray | None]:
     id of each failure (`None` when the worlds carry none). Call after `check_worlds`."""
     if worlds.case_id is None:
         return worlds, None
-    ids = np.asarray(worlds.case_id)[:, 0].astype(np.int64)
+    ids = np.asarray(worlds.case_id[:, 0]).astype(np.int64)  # one column to the host
     return World(key=worlds.key, overrides=worlds.overrides, valid=worlds.valid), ids
 
 

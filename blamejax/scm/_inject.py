@@ -28,6 +28,7 @@ from .._compile import cached
 from ..coalitions import mask_values
 from ..noise import as_key, world_key
 from ..pipeline import World, discover, factual_plan, run_score
+from ..worlds import recorded_worlds
 from ._model import (
     SCM,
     SCMCase,
@@ -152,8 +153,8 @@ def _build_screen(scm: SCM, shape):
 
 
 def recorded_worlds_of(key_noise, ids) -> World:
-    keys = jax.vmap(lambda f: world_key(key_noise, f, 0))(jnp.asarray(ids))
-    return World(key=keys[:, None], case_id=jnp.asarray(ids, jnp.uint32)[:, None])
+    """The recorded worlds of candidates `ids` (`bj.recorded_worlds`: keys and case ids)."""
+    return recorded_worlds(key_noise, np.asarray(ids))
 
 
 def inject_errors(
