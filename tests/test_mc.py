@@ -188,7 +188,7 @@ def test_converges_to_exact_like_one_over_sqrt_t(antithetic):
     result = bj.mc_shapley(
         GAME8,
         game_cases(tables),
-        bj.recorded_worlds(0, 2 * runs),
+        bj.recorded_worlds(0, range(2 * runs)),
         key=3,
         max_evaluations=2 + unit * 2048,
         stop="width",
