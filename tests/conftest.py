@@ -4,9 +4,59 @@ import signal
 import jax
 import pytest
 
-# The command line switches on JAX's persistent compilation cache; the tests keep it off so
-# that they neither read nor fill a folder on this machine.
+# The command line switches on JAX's persistent compilation cache in the user's folder; the
+# tests keep that default off, so that they never read or fill the user's cache.
 os.environ["BLAMEJAX_COMPILE_CACHE"] = "off"
+
+
+def _test_compile_cache() -> str | None:
+    """The folder where the test run keeps the programs XLA compiled, so that a second run of
+    the suite loads them instead of compiling them again (about three quarters of a cold run is
+    XLA compiling). `$BLAMEJAX_TEST_COMPILE_CACHE` names it (`off` switches it off); the default
+    is `.pytest_cache/blamejax-compiled` in the repository, next to pytest's own cache.
+
+    JAX keys each program by its whole lowered module, the compile options and the jax and
+    jaxlib versions, so a changed program is compiled afresh, never loaded stale."""
+    folder = os.environ.get("BLAMEJAX_TEST_COMPILE_CACHE")
+    if folder is None:
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        folder = os.path.join(root, ".pytest_cache", "blamejax-compiled")
+    if folder.lower() == "off" or not folder:
+        return None
+    return folder
+
+
+def _compile_cache_settings(folder: str) -> dict[str, str]:
+    """JAX's settings for the cache, as environment variables, so that the processes a test
+    starts (the CLI, Ctrl-C and distributed tests) share it too. Every program is kept however
+    quickly it compiled; past 2 GiB the least recently used are dropped (JAX needs the
+    `filelock` package of the dev extra for that bound)."""
+    settings = {
+        "JAX_COMPILATION_CACHE_DIR": folder,
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+    }
+    try:
+        import filelock  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        settings["JAX_COMPILATION_CACHE_MAX_SIZE"] = str(2 * 1024**3)
+    return settings
+
+
+_CACHE = _test_compile_cache()
+if _CACHE is not None:
+    os.makedirs(_CACHE, exist_ok=True)
+    _SETTINGS = _compile_cache_settings(_CACHE)
+    os.environ.update(_SETTINGS)
+    # (jax is imported already, and reads its settings from the environment at import)
+    jax.config.update("jax_compilation_cache_dir", _CACHE)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    if "JAX_COMPILATION_CACHE_MAX_SIZE" in _SETTINGS:
+        jax.config.update("jax_compilation_cache_max_size", 2 * 1024**3)
+
 
 # Strict dtype and rank promotion, as equinox tests do: implicit promotion hides bugs.
 jax.config.update("jax_numpy_dtype_promotion", "strict")

@@ -101,3 +101,10 @@ def failures(pipeline, make_cases, count, seed=0, bad=True):
     ids = np.asarray(ids[:count])
     cases = jax.tree_util.tree_map(lambda x: x[:count], make_cases(count))
     return cases, bj.recorded_worlds(seed, ids)
+
+
+def without_compile_cache(env: dict[str, str]) -> dict[str, str]:
+    """`env` for a child process that must compile for real, not load the test run's compiled
+    programs (tests/conftest.py): one that is sent Ctrl-C while it compiles, or that counts what
+    a fresh process compiles."""
+    return {name: value for name, value in env.items() if name != "JAX_COMPILATION_CACHE_DIR"}

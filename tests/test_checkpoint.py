@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import without_compile_cache
 
 import blamejax as bj
 
@@ -183,7 +184,7 @@ def test_resume_with_stop_early_and_monte_carlo(tmp_path, monkeypatch, estimator
 
 
 def _child(path):
-    env = dict(os.environ, PYTHONFAULTHANDLER="1")
+    env = without_compile_cache(dict(os.environ, PYTHONFAULTHANDLER="1"))
     return subprocess.Popen(
         [sys.executable, "-c", CHILD, path],
         stdout=subprocess.PIPE,
@@ -205,6 +206,7 @@ def _wait_for(predicate, process, timeout):
         time.sleep(0.005)
 
 
+@pytest.mark.slow  # multi-process: a child Python process compiles from nothing
 def test_resume_after_sigkill_in_a_subprocess(tmp_path, monkeypatch, reference):
     """A real process killed with SIGKILL just after its first block was saved: the file
     on disk is whole, and resuming it here gives the uninterrupted result bit for bit."""
@@ -226,13 +228,9 @@ def test_resume_after_sigkill_in_a_subprocess(tmp_path, monkeypatch, reference):
     assert_same_result(resumed, reference[0])
 
 
+@pytest.mark.slow  # multi-process: a child Python process compiles from nothing
 @pytest.mark.parametrize(
-    "moment",
-    [
-        "while compiling",
-        "during the blocks",
-        pytest.param("twice during the blocks", marks=pytest.mark.slow),
-    ],
+    "moment", ["while compiling", "during the blocks", "twice during the blocks"]
 )
 def test_ctrl_c_in_a_subprocess_never_crashes(tmp_path, reference, moment):
     """SIGINT while the child compiles its first calls, or while it analyses blocks (once,

@@ -1,9 +1,11 @@
 """The one compile cache: bounded, emptied by `bj.clear_caches()`, and the way recompiles are guarded."""
 
 import jax
+import pytest
 from helpers import (
     chain_pipeline,
     random_chain_cases,
+    without_compile_cache,
 )
 
 import blamejax as bj
@@ -92,6 +94,7 @@ FIRST_CALL = r"""
 import logging, re
 import numpy as np
 import jax
+import pytest
 import blamejax as bj
 
 compiled = []
@@ -120,6 +123,7 @@ print(" ".join(sorted(compiled)))
 """
 
 
+@pytest.mark.slow  # multi-process: a child Python process compiles from nothing
 def test_first_blame_batch_compiles_three_programs():
     """A first `blame_batch` in a fresh process (exact estimator, one block) compiles three
     programs: the factual runs, the failures' fully fixed runs, and the coalition tables;
@@ -129,7 +133,7 @@ def test_first_blame_batch_compiles_three_programs():
     import subprocess
     import sys
 
-    env = dict(os.environ, BLAMEJAX_COMPILE_CACHE="off")
+    env = without_compile_cache(dict(os.environ, BLAMEJAX_COMPILE_CACHE="off"))
     done = subprocess.run(
         [sys.executable, "-c", FIRST_CALL],
         capture_output=True,

@@ -167,6 +167,7 @@ print("ok")
 """
 
 
+@pytest.mark.slow  # multi-process: a child Python process with two CPU devices
 def test_failures_sharded_over_devices_equal_one_device():
     """Two simulated CPU devices (XLA_FLAGS, in a fresh process): the failure axis is split
     over both and the answers equal a one-device run."""

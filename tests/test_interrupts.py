@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 import pytest
+from helpers import without_compile_cache
 
 import blamejax as bj
 
@@ -127,17 +128,18 @@ print("finished", flush=True)
 """
 
 
-# The `mc` child is slow (a fresh process compiling Monte Carlo); the fast run keeps `exact`, which
-# checks the same SIGINT-while-compiling path, and mc_shapley's own Ctrl-C handling is checked in
-# process by test_mc_shapley_keeps_the_estimates_of_the_checkpoint_a_ctrl_c_came_in.
-@pytest.mark.parametrize("estimator", ["exact", pytest.param("mc", marks=pytest.mark.slow)])
+# Multi-process (a child Python process compiling from nothing), so with the slow tests; the fast
+# run checks Ctrl-C in process (test_mc_shapley_keeps_the_estimates_of_the_checkpoint_a_ctrl_c_came_in
+# and the tests above).
+@pytest.mark.slow
+@pytest.mark.parametrize("estimator", ["exact", "mc"])
 def test_ctrl_c_while_compiling_in_a_subprocess_never_crashes(estimator):
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD, estimator],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONFAULTHANDLER": "1"},
+        env=without_compile_cache({**os.environ, "PYTHONFAULTHANDLER": "1"}),
     )
     try:
         assert child.stdout.readline().strip() == "ready"

@@ -40,6 +40,7 @@ def test_stable_hash_is_crc32(name):
     assert 0 <= bj.noise.stable_hash(name) < 2**31
 
 
+@pytest.mark.slow  # multi-process: two child Python processes
 def test_stable_hash_same_in_other_processes():
     """The hash of a step name is the same in processes with different string-hash salts
     (`PYTHONHASHSEED`), while Python's own `hash` differs between them: the check would
