@@ -94,7 +94,6 @@ FIRST_CALL = r"""
 import logging, re
 import numpy as np
 import jax
-import pytest
 import blamejax as bj
 
 compiled = []
