@@ -26,36 +26,32 @@ def _test_compile_cache() -> str | None:
     return folder
 
 
-def _compile_cache_settings(folder: str) -> dict[str, str]:
-    """JAX's settings for the cache, as environment variables, so that the processes a test
-    starts (the CLI, Ctrl-C and distributed tests) share it too. Every program is kept however
-    quickly it compiled; past 2 GiB the least recently used are dropped (JAX needs the
-    `filelock` package of the dev extra for that bound)."""
+def _compile_cache_settings(folder: str) -> dict:
+    """JAX's settings for the cache: every program is kept however quickly it compiled, and
+    past 2 GiB the least recently used are dropped (JAX needs the `filelock` package of the dev
+    extra for that bound)."""
     settings = {
-        "JAX_COMPILATION_CACHE_DIR": folder,
-        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+        "jax_compilation_cache_dir": folder,
+        "jax_persistent_cache_min_compile_time_secs": 0.0,
+        "jax_persistent_cache_min_entry_size_bytes": 0,
     }
     try:
         import filelock  # noqa: F401
     except ImportError:
         pass
     else:
-        settings["JAX_COMPILATION_CACHE_MAX_SIZE"] = str(2 * 1024**3)
+        settings["jax_compilation_cache_max_size"] = 2 * 1024**3
     return settings
 
 
 _CACHE = _test_compile_cache()
 if _CACHE is not None:
     os.makedirs(_CACHE, exist_ok=True)
-    _SETTINGS = _compile_cache_settings(_CACHE)
-    os.environ.update(_SETTINGS)
-    # (jax is imported already, and reads its settings from the environment at import)
-    jax.config.update("jax_compilation_cache_dir", _CACHE)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    if "JAX_COMPILATION_CACHE_MAX_SIZE" in _SETTINGS:
-        jax.config.update("jax_compilation_cache_max_size", 2 * 1024**3)
+    for _name, _value in _compile_cache_settings(_CACHE).items():
+        jax.config.update(_name, _value)
+        # and in the environment, from which JAX reads them at import: the processes a test
+        # starts (the CLI, Ctrl-C and distributed tests) share the cache too
+        os.environ[_name.upper()] = str(_value)
 
 
 # Strict dtype and rank promotion, as equinox tests do: implicit promotion hides bugs.
