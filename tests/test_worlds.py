@@ -64,7 +64,10 @@ def _rejection(key, logits, observed, counterfactual):
 @jax.jit
 def _posterior(key, logits, observed, counterfactual):
     keys = jr.split(key, NUM_POSTERIOR)
-    gumbels = jax.vmap(bj.noise.abduct_gumbels, in_axes=(0, None, None))(keys, logits, observed)
+    # unchecked (a program JAX can cache): an impossible observation would show as `finite`
+    # false, which the tests assert against
+    abduct = functools.partial(bj.noise.abduct_gumbels, check=False)
+    gumbels = jax.vmap(abduct, in_axes=(0, None, None))(keys, logits, observed)
     replays = jnp.all(_argmax(logits[None, :] + gumbels) == observed)
     finite = jnp.all(jnp.isfinite(gumbels))
     choices = _argmax(counterfactual[None, :] + gumbels)
@@ -200,6 +203,25 @@ def test_abduct_gumbels_impossible_observation_raises_under_jit():
     # a possible observation is fine under the same compiled function
     out = jax.jit(bj.noise.abduct_gumbels)(jr.key(0), logits, jnp.int32(2))
     assert np.all(np.isfinite(np.asarray(out)))
+
+
+def test_unchecked_abduction_is_the_same_noise_in_a_cacheable_program():
+    """`check=False` (what `inferred_worlds` and the MDP functions use, after checking the
+    observations eagerly) draws bit for bit the noise the checked function draws, and its
+    program holds no host callback, so JAX's persistent compile cache can keep it; the
+    checked program holds one (equinox's `error_if`)."""
+    keys = jr.split(jr.key(4), 6)
+    logits = jnp.asarray([[0.0, NEG, 1.0], [0.5, -0.5, 0.2]] * 3, FLOAT)
+    observed = jnp.asarray([0, 2, 2, 1, 0, 0], jnp.int32)
+
+    def abduct(check):
+        return jax.jit(jax.vmap(functools.partial(bj.noise.abduct_gumbels, check=check)))
+
+    checked, unchecked = (np.asarray(abduct(c)(keys, logits, observed)) for c in (True, False))
+    np.testing.assert_array_equal(unchecked, checked)
+    assert np.all(np.argmax(np.asarray(logits) + unchecked, axis=-1) == np.asarray(observed))
+    texts = [abduct(c).lower(keys, logits, observed).as_text() for c in (True, False)]
+    assert "callback" in texts[0] and "callback" not in texts[1]
 
 
 def _root_then_child(ctx, case):

@@ -112,7 +112,9 @@ def abducted_transition_noise(
         row = transition_logits[jnp.maximum(action, 0), jnp.maximum(state, 0)]
         row = jnp.where(observed, row, jnp.zeros((num_states,), row.dtype))
         site = abduction_key(key, TRANSITION, t)
-        return abduct_gumbels(site, row, jnp.where(observed, next_state, 0)), observed
+        next_state = jnp.where(observed, next_state, 0)
+        # check_episode_inputs refused impossible transitions eagerly
+        return abduct_gumbels(site, row, next_state, check=False), observed
 
     steps = jnp.arange(observed_actions.shape[0])
     return jax.vmap(one)(steps, observed_actions, observed_states, observed_next_states)

@@ -287,9 +287,9 @@ def gumbel_max(logits: Float[Array, "*batch K"], gumbels: Float[Array, "*batch K
     return jnp.argmax(logits + gumbels, axis=-1).astype(jnp.int32)
 
 
-@jax.jit
+@functools.partial(jax.jit, static_argnames=("check",))
 def abduct_gumbels(
-    key: PRNGKeyArray, logits: Float[Array, " K"], observed: Int[Array, ""]
+    key: PRNGKeyArray, logits: Float[Array, " K"], observed: Int[Array, ""], *, check: bool = True
 ) -> Float[Array, " K"]:
     """Sample Gumbel noise from its posterior given that ``observed`` won the Gumbel-max.
 
@@ -302,13 +302,17 @@ def abduct_gumbels(
     ``argmax`` would break the wrong way.
 
     Vectorise with `jax.vmap` over steps, worlds and failures. The observed option's
-    logit must be finite: `inferred_worlds` checks this eagerly; here, inside `jit`, an
-    impossible observation raises through `equinox.error_if`.
+    logit must be finite. With `check` on, an impossible observation raises, inside `jit`
+    too, through `equinox.error_if`. That check is a host callback, and JAX's persistent
+    compile cache keeps no program that holds one, so `inferred_worlds` and the `mdp`
+    functions check the observations eagerly and call this with `check=False`.
 
     **Arguments:**
     - `key`: a key for this draw (one per world and site).
     - `logits`: `Float[Array, "K"]`, the logits the draw saw in the factual run.
     - `observed`: the option that was chosen.
+    - `check`: raise if the observed option has logit -inf (default). Pass false only for
+      observations already checked: unchecked, such an option gets noise +inf.
 
     **Returns:** `Float[Array, "K"]` Gumbel noise ``g`` with ``argmax(logits + g) == observed``.
     """
@@ -320,12 +324,13 @@ def abduct_gumbels(
     finite = jnp.isfinite(logits)
     observed = jnp.asarray(observed, jnp.int32)
     logit_k = logits[observed]
-    logit_k = eqx.error_if(
-        logit_k,
-        ~jnp.isfinite(logit_k),
-        "abduct_gumbels: the observed option has logit -inf (probability 0), so it "
-        "cannot have been chosen; check the observed choices and the factual logits",
-    )
+    if check:
+        logit_k = eqx.error_if(
+            logit_k,
+            ~jnp.isfinite(logit_k),
+            "abduct_gumbels: the observed option has logit -inf (probability 0), so it "
+            "cannot have been chosen; check the observed choices and the factual logits",
+        )
     safe = jnp.where(finite, logits, 0.0)
     top = jax.nn.logsumexp(jnp.where(finite, logits, -jnp.inf)) + _gumbels(key_max)
     prior = _gumbels(key_rest, num_options)
