@@ -27,26 +27,46 @@ def _test_compile_cache() -> str | None:
 
 
 def _compile_cache_settings(folder: str) -> dict:
-    """JAX's settings for the cache: every program is kept however quickly it compiled, and
-    past 2 GiB the least recently used are dropped (JAX needs the `filelock` package of the dev
-    extra for that bound)."""
-    settings = {
+    """JAX's settings for the cache: every program is kept however quickly it compiled.
+
+    JAX's own bound on the folder's size (`jax_compilation_cache_max_size`) is left off: it
+    locks the folder for every read, and every write reads a time stamp file for each entry, so
+    an entry written by a process without the bound (a notebook's kernel, say) makes every later
+    write fail. `prune_compile_cache` bounds the folder instead, when a test run starts."""
+    return {
         "jax_compilation_cache_dir": folder,
         "jax_persistent_cache_min_compile_time_secs": 0.0,
         "jax_persistent_cache_min_entry_size_bytes": 0,
     }
-    try:
-        import filelock  # noqa: F401
-    except ImportError:
-        pass
-    else:
-        settings["jax_compilation_cache_max_size"] = 2 * 1024**3
-    return settings
+
+
+def prune_compile_cache(folder: str, max_bytes: int = 2 * 1024**3) -> None:
+    """Past `max_bytes`, delete the oldest entries (by modification time) until the folder
+    holds half of that. Run by the process that starts the test run, before any test."""
+    entries = []
+    with os.scandir(folder) as listing:
+        for entry in listing:
+            if entry.is_file():
+                info = entry.stat()
+                entries.append((info.st_mtime, info.st_size, entry.path))
+    total = sum(size for _, size, _ in entries)
+    if total <= max_bytes:
+        return
+    for _, size, path in sorted(entries):
+        if total <= max_bytes // 2:
+            break
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+        total -= size
 
 
 _CACHE = _test_compile_cache()
 if _CACHE is not None:
     os.makedirs(_CACHE, exist_ok=True)
+    if "PYTEST_XDIST_WORKER" not in os.environ:  # the process that starts the run
+        prune_compile_cache(_CACHE)
     for _name, _value in _compile_cache_settings(_CACHE).items():
         jax.config.update(_name, _value)
         # and in the environment, from which JAX reads them at import: the processes a test

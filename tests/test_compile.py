@@ -143,3 +143,20 @@ def test_first_blame_batch_compiles_three_programs():
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["jit(chunk)", "jit(front)", "jit(select)"], done.stdout
+
+
+def test_the_test_runs_compile_folder_is_pruned_oldest_first(tmp_path):
+    """tests/conftest.py bounds the folder of compiled programs it keeps between runs: past the
+    bound, the oldest entries go until it holds half; under the bound nothing is touched."""
+    import os
+
+    from conftest import prune_compile_cache
+
+    for i in range(6):
+        path = tmp_path / f"entry{i}-cache"
+        path.write_bytes(b"x" * 100)
+        os.utime(path, (1_000_000 + i, 1_000_000 + i))
+    prune_compile_cache(str(tmp_path), max_bytes=600)
+    assert len(list(tmp_path.iterdir())) == 6
+    prune_compile_cache(str(tmp_path), max_bytes=450)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["entry4-cache", "entry5-cache"]
