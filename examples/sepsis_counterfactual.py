@@ -20,8 +20,8 @@ Run from the repository root:
 
     PYTHONPATH=. python examples/sepsis_counterfactual.py [PATH] [--samples 5] [--seed 0]
 
-PATH defaults to `../shared/data/sepsis/sepsis_cf_inputs.npz` relative to the repository
-root. The printed wall times include compilation (first call) and exclude it (second
+PATH defaults to `tests/data/sepsis/sepsis_cf_inputs.npz` in the repository (the data ships
+there with its licence and README). The printed wall times include compilation (first call) and exclude it (second
 call, same inputs and another seed).
 """
 
@@ -39,11 +39,7 @@ import numpy as np
 import blamejax as bj
 
 DEFAULT_DATA = (
-    Path(__file__).resolve().parents[1].parent
-    / "shared"
-    / "data"
-    / "sepsis"
-    / "sepsis_cf_inputs.npz"
+    Path(__file__).resolve().parents[1] / "tests" / "data" / "sepsis" / "sepsis_cf_inputs.npz"
 )
 ARRAYS = ("proj_tx_mat", "proj_r_mat", "RlPol", "obs_samps_proj")
 

@@ -1,14 +1,14 @@
 """External check: the sepsis counterfactual of Oberst & Sontag (ICML 2019).
 
-The inputs are data produced by the paper's public code (see
-`../shared/data/sepsis/README.md` beside the repository): an estimated MDP of the sepsis
+The inputs are data produced by the paper's public code (see `tests/data/sepsis/README.md`,
+MIT licence beside it): an estimated MDP of the sepsis
 simulator, an evaluation policy, 1,000 observed episodes and the reference code's own
 counterfactual episodes. blamejax's `counterfactual_rollouts` recomputes the counterfactual
 with its own abduction (`abduct_gumbels`) and addressed noise.
 
-The statistical tests are probabilistic; their seeds are fixed. Tests that need the data
-skip when it is absent; the bad-input tests (a small made-up MDP, always run) are in
-test_mdp.py.
+The statistical tests are probabilistic; their seeds are fixed. The data ships in the
+repository (tests/data/sepsis), so every test here runs; the bad-input tests (a small made-up
+MDP) are in test_mdp.py.
 """
 
 from pathlib import Path
@@ -21,21 +21,13 @@ import pytest
 
 import blamejax as bj
 
-# <repo root>/../shared/data/sepsis/sepsis_cf_inputs.npz
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "sepsis" / "sepsis_cf_inputs.npz"
+DATA = Path(__file__).parent / "data" / "sepsis" / "sepsis_cf_inputs.npz"
 
 EXPECTED_MEAN = 0.956  # the counterfactual mean reward in expectation (data README, issue 7)
 
 
 @pytest.fixture(scope="module")
 def sepsis():
-    if not DATA.is_file():
-        # Deliberate: the published inputs live outside the repository (../shared/data); a
-        # checkout without them cannot run this reproduction. CI has shared/ beside the clone,
-        # so there these tests run (the skip reason names the path looked at).
-        pytest.skip(
-            f"sepsis data not found at {DATA} (needs a copy of shared/ beside the repository)"
-        )
     with np.load(DATA) as data:
         arrays = {name: np.asarray(data[name]) for name in data.files}
     observed = arrays["obs_samps_proj"]

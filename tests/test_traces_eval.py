@@ -18,11 +18,7 @@ from blamejax._cli import main
 from blamejax.traces import Prediction, Run, Step
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-WHOWHEN = ROOT.parent / "shared" / "data" / "whowhen" / "algorithm-generated"
-needs_data = pytest.mark.skipif(
-    not WHOWHEN.is_dir(),
-    reason=f"the Who&When data is not at {WHOWHEN} (it ships beside the repository, not in it)",
-)
+WHOWHEN = ROOT / "tests" / "data" / "whowhen" / "algorithm-generated"  # MIT licence beside it
 NEG = float("-inf")
 
 
@@ -103,7 +99,6 @@ def test_first_last_and_most_frequent_baselines_by_hand():
     assert frequent.score("agent").correct == 1 and len(frequent.missing_step) == 3
 
 
-@needs_data
 def test_shipped_half_gives_the_published_random_baseline():
     runs = bj.traces.from_whowhen(WHOWHEN)
     assert len(runs) == 126
@@ -117,7 +112,6 @@ def test_shipped_half_gives_the_published_random_baseline():
     assert f"{100 * ev.score('step').rate:.2f}" == "12.00"  # the paper: 12.00 %
 
 
-@needs_data
 def test_shipped_half_constant_answer_under_substring_scoring():
     runs = bj.traces.from_whowhen(WHOWHEN)
     ev = bj.traces.evaluate(runs, bj.traces.constant_predictions(runs, 105), substring=True)
@@ -226,7 +220,6 @@ def test_command_errors_name_the_file_and_field(tmp_path, capsys):
     assert "run 'nolabel': missing label `decisive_agent`" in capsys.readouterr().err
 
 
-@needs_data
 def test_module_command_on_the_shipped_half():
     out = subprocess.run(
         [sys.executable, "-m", "blamejax", "whowhen", str(WHOWHEN), "--substring"],

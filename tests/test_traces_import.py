@@ -1,8 +1,7 @@
 """The importers of `bj.traces`: Who&When, OpenTelemetry GenAI spans, OpenInference spans.
 
 Hand-made fixtures are in tests/data/traces/ (whowhen/, otel/, openinference/). The 126
-shipped Who&When traces are read from `../shared/data/whowhen` beside the repository; those
-tests skip when it is absent.
+published Who&When traces ship in tests/data/whowhen (MIT licence beside them).
 """
 
 import json
@@ -16,10 +15,7 @@ import blamejax as bj
 
 T = bj.traces
 DATA = Path(__file__).parent / "data" / "traces"
-# <repo root>/../shared/data/whowhen/algorithm-generated
-WHOWHEN = (
-    Path(__file__).resolve().parents[2] / "shared" / "data" / "whowhen" / "algorithm-generated"
-)
+WHOWHEN = Path(__file__).parent / "data" / "whowhen" / "algorithm-generated"
 
 
 # the Who&When fields that become run fields; the others are kept in the run's extra
@@ -35,10 +31,6 @@ def _where(problems):
 
 @pytest.fixture(scope="module")
 def shipped():
-    if not WHOWHEN.is_dir():
-        # Deliberate: the published traces live outside the repository (../shared/data); CI
-        # has shared/ beside the clone, so there this runs (the reason names the path).
-        pytest.skip(f"Who&When traces not found at {WHOWHEN} (needs shared/ beside the repository)")
     files = sorted(WHOWHEN.glob("*.json"), key=lambda p: int(p.stem))
     return files, [json.loads(p.read_text(encoding="utf-8")) for p in files]
 
