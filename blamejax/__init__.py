@@ -52,6 +52,8 @@ from .pipeline import World as World
 from .pipeline import discover as discover
 from .reduction import Attribution as Attribution
 from .reduction import attribute as attribute
+from .worlds import ExpectedWorlds as ExpectedWorlds
+from .worlds import expected_worlds as expected_worlds
 from .worlds import fresh_worlds as fresh_worlds
 from .worlds import inferred_worlds as inferred_worlds
 from .worlds import recorded_worlds as recorded_worlds

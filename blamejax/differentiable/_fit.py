@@ -18,10 +18,12 @@ import numpy as np
 import optax
 from jaxtyping import Array, Float, PyTree
 
-from .._checks import check_mode, resolve_players
+from .._checks import check_mode, check_score_range, resolve_players
 from ..coalitions import coalition_values
-from ..pipeline import Relaxed, World, discover
+from ..pipeline import Hard, Relaxed, World, check_finite_logits, discover
 from ..reduction import Attribution, attribute
+from ..worlds._expected import ExpectedWorlds
+from ._expected import expected_attribution, expected_plan
 
 
 def _structure_and_players(pipeline, case, steps, fixes, mode=None, worlds=None, num_failures=None):
@@ -53,17 +55,26 @@ def _structure_and_players(pipeline, case, steps, fixes, mode=None, worlds=None,
 def shapley_values(
     pipeline: Callable,
     case,
-    worlds: World,
+    worlds: World | ExpectedWorlds,
     *,
     steps: Sequence[str] | None = None,
     fixes: dict | None = None,
-    mode=Relaxed(0.5),
+    mode=None,
     interactions: bool = False,
+    score_range: tuple[float, float] = (0.0, 1.0),
+    max_steps: int = 20,
 ) -> Attribution:
-    """Exact attributions of one case, averaged over its worlds, as a pure function.
+    """Attributions of one case as a pure function: exact in expectation over the noise
+    with `expected_worlds`; with sampled `World`s, in `Relaxed(0.5)` mode unless `mode` says
+    otherwise (a relaxed game, not the hard one).
 
-    Differentiable with respect to every floating leaf of `case` in `Relaxed` mode; `vmap` it
-    over failures (see `batch_mean_shapley`).
+    With one case's row of `bj.expected_worlds(...)` (a tabulated pipeline: the structured
+    path), the values are the hard game's, averaged over every world exactly (fresh noise,
+    or the posterior given `observed`), and their gradients with respect to the logits are
+    exact: no temperature, no bias. With a `World` (sampled worlds), coalitions are
+    enumerated (n at most 20) and only a relaxed mode is differentiable: a single world's
+    hard argmax has zero gradient almost everywhere. `vmap` it over failures (see
+    `batch_mean_shapley`).
 
     **Arguments:**
     - `pipeline`: `pipeline(ctx, case) -> score`.
@@ -71,8 +82,17 @@ def shapley_values(
     - `worlds`: a `World` with a leading world axis `[W]` on every leaf (e.g. one row of
       `fresh_worlds(...)`: `jax.tree_util.tree_map(lambda x: x[f], worlds)`).
     - `steps`, `fixes`: the players and their fix variants (see `exact_blame`).
-    - `mode`: `Relaxed(tau)`, `Relaxed(tau, straight_through=True)` or `Hard()` (values only).
+    - `mode`: for a `World`: `Relaxed(tau)` (default `Relaxed(0.5)`),
+      `Relaxed(tau, straight_through=True)` or `Hard()` (values only). For
+      `ExpectedWorlds`: `None` or `Hard()`.
     - `interactions`: also the pairwise interaction index.
+    - `score_range`: the declared range of the score (see `exact_blame`); checked where the
+      case is concrete (called eagerly), as are NaN logits.
+    - `max_steps`: the largest n enumeration (sampled worlds) is allowed, as in `exact_blame`.
+
+    **Raises:** `ValueError` for more than 20 players with sampled worlds (2^n coalitions,
+    the same bound and message as `exact_blame`), NaN logits, scores outside `score_range`
+    (eager calls), and `expected_worlds` on a pipeline the structured path does not cover.
 
     **Returns:** an `Attribution` (`shapley`, `banzhaf`, `fix_alone`, `leave_one_out`,
     `interactions`, `empty`, `full`), each over the players in order.
@@ -85,20 +105,53 @@ def shapley_values(
     grad = jax.jit(jax.grad(lambda c: bj.shapley_values(bj.demos.refund_pipeline, c, worlds).shapley[0]))(case)
     ```
     """
+    if isinstance(worlds, ExpectedWorlds):
+        _check_expected_mode(mode)
+        result = expected_attribution(
+            pipeline,
+            case,
+            worlds,
+            steps=steps,
+            fixes=fixes,
+            interactions=interactions,
+            score_range=score_range,
+        )
+        _check_values(case, result.empty, result.full, score_range, expected=True)
+        return result
+    mode = Relaxed(0.5) if mode is None else mode
     structure, players, variants = _structure_and_players(
         pipeline, case, steps, fixes, mode, worlds
     )
+    check_enumerable(len(players), max_steps)
+    check_score_range(score_range)
     values = jax.vmap(
         lambda w: coalition_values(pipeline, structure, case, w, players, variants, mode)
     )(worlds)
+    _check_values(case, values.min(), values.max(), score_range)
     return attribute(values.mean(axis=0), interactions=interactions)
 
 
 def total_repair(
-    pipeline: Callable, case, worlds: World, *, steps=None, fixes=None, mode=Relaxed(0.5)
+    pipeline: Callable,
+    case,
+    worlds: World | ExpectedWorlds,
+    *,
+    steps=None,
+    fixes=None,
+    mode=None,
+    score_range: tuple[float, float] = (0.0, 1.0),
 ) -> Float[Array, ""]:
-    """`v(all) - v(empty)` of one case averaged over its worlds (differentiable in relaxed
-    mode). Only the two runs are evaluated, not the whole coalition table."""
+    """`v(all) - v(empty)` of one case: exact in expectation over the noise with
+    `expected_worlds` (exact gradients); with sampled `World`s averaged over them, in
+    `Relaxed(0.5)` mode unless `mode` says otherwise. Only the two runs are evaluated, not
+    the whole coalition table."""
+    if isinstance(worlds, ExpectedWorlds):
+        _check_expected_mode(mode)
+        game, elim, graph = expected_plan(pipeline, case, worlds, steps, fixes, score_range)
+        full, empty = _expected_corners(pipeline, case, worlds, game, elim, graph)
+        _check_values(case, jnp.minimum(full, empty), jnp.maximum(full, empty), score_range)
+        return full - empty
+    mode = Relaxed(0.5) if mode is None else mode
     structure, players, variants = _structure_and_players(
         pipeline, case, steps, fixes, mode, worlds
     )
@@ -108,6 +161,7 @@ def total_repair(
     values = jax.vmap(
         lambda w: mask_values(pipeline, structure, case, w, players, variants, masks, mode)
     )(worlds)
+    _check_values(case, values.min(), values.max(), score_range)
     mean = values.mean(axis=0)
     return mean[1] - mean[0]
 
@@ -115,8 +169,9 @@ def total_repair(
 def batch_mean_shapley(
     pipeline: Callable, cases, worlds: World, *, steps=None, fixes=None, mode=Relaxed(0.5)
 ) -> Float[Array, " n"]:
-    """Mean Shapley value over failures (`cases` with a leading failure axis, `worlds` with
-    keys `[F, W]`), a pure and differentiable function."""
+    """Mean relaxed Shapley value over failures (`cases` with a leading failure axis,
+    `worlds` with keys `[F, W]`), a pure and differentiable function (`Relaxed(0.5)` by
+    default)."""
     first = jax.tree_util.tree_map(lambda x: x[0], cases)
     num_failures = jax.tree_util.tree_leaves(cases)[0].shape[0]
     _structure_and_players(
@@ -126,6 +181,67 @@ def batch_mean_shapley(
         lambda c, w: shapley_values(pipeline, c, w, steps=steps, fixes=fixes, mode=mode).shapley
     )
     return per_failure(cases, worlds).mean(axis=0)
+
+
+def check_enumerable(n: int, max_steps: int) -> None:
+    """Refuse 2^n coalitions above `max_steps`, with `exact_blame`'s message, before
+    anything is traced."""
+    if not isinstance(max_steps, int) or max_steps < 1:
+        raise ValueError(f"`max_steps` must be a positive int, got {max_steps!r}")
+    if n > max_steps:
+        raise ValueError(
+            f"exact Shapley over n = {n} steps needs 2^{n} coalitions per failure and world, "
+            f"above `max_steps` = {max_steps}; with sampled worlds the differentiable functions "
+            "enumerate coalitions (bj.expected_worlds takes a tabulated pipeline's structured "
+            "path at any n). Use Monte Carlo sampling (blamejax.mc_shapley) or raise "
+            "`max_steps` deliberately"
+        )
+
+
+def _check_expected_mode(mode) -> None:
+    if mode is not None and not isinstance(mode, Hard):
+        raise ValueError(
+            f"`expected_worlds` integrates hard (Gumbel-max) draws exactly, got mode={mode!r}: "
+            "leave `mode` out (relaxed modes are for sampled worlds)"
+        )
+
+
+def _expected_corners(pipeline, case, worlds, game, elim, graph):
+    """`(v(all), v(empty))` in expectation over the noise: the multilinear extension at two
+    corners of the cube."""
+    from ..structured import expected_site_maps, extension, factor_tables, site_logits
+
+    structure = game.structure
+    logits = site_logits(pipeline, structure, case)
+    score = factor_tables(pipeline, structure, graph, case, elim.factors)
+    dtype = jnp.result_type(float)
+    score = tuple(x.astype(dtype) for x in score)
+    maps = expected_site_maps(structure, graph, logits, worlds.observed)
+    corners = jnp.stack([jnp.ones(game.num_players, dtype), jnp.zeros(game.num_players, dtype)])
+    values = extension(elim, maps, score, corners)
+    return values[0], values[1]
+
+
+def _check_values(case, low, high, score_range, expected=False) -> None:
+    """The eager checks of the other entry points, where `case` is concrete: NaN (or +inf)
+    logits, a score outside `score_range`, a NaN score. Under `jit`/`grad` they are
+    skipped (the values are tracers)."""
+    leaves = jax.tree_util.tree_leaves(case)
+    if any(isinstance(x, jax.core.Tracer) for x in leaves + [low, high]):
+        return
+    check_finite_logits(jax.tree_util.tree_map(lambda x: jnp.asarray(x)[None], case))
+    low_decl, high_decl = check_score_range(score_range)
+    low, high = float(low), float(high)
+    if np.isnan(low) or np.isnan(high):
+        raise ValueError(
+            "a coalition's score is NaN"
+            + (" (or a draw from a row with no valid option is reached)" if expected else "")
+            + ": the score must be a number in `score_range`"
+        )
+    if low < low_decl or high > high_decl:
+        raise ValueError(
+            f"scores must lie in `score_range` = {score_range}, got scores in [{low}, {high}]"
+        )
 
 
 class FitResult(eqx.Module):

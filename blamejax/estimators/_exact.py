@@ -31,12 +31,15 @@ from ..reduction import Attribution, attribute
 from ..structured import (
     chain_maps,
     elimination,
+    expected_site_maps,
     factor_tables,
     find_graph,
+    observed_logits,
     site_logits,
     site_maps,
     world_blame,
 )
+from ..worlds._expected import ExpectedWorlds, check_expected_worlds
 from ._checkpoint import defers_interrupts, interrupt_notice, interrupted
 from ._devices import failure_sharding, num_shards, on_device, place, take_rows, to_local
 from ._results import ExactResult
@@ -231,13 +234,20 @@ def resolve_method(game: Game, cases, method: str, max_steps: int):
 
 
 @compiled("exact.structured")
-def _structured_function(game: Game, elim, graph, interactions: bool):
+def _structured_function(game: Game, elim, graph, interactions: bool, expected: str | None = None):
     """The compiled call that blames one chunk of failures by the multilinear extension
-    (`blamejax.structured`): the same outputs as `_chunk_function`."""
+    (`blamejax.structured`): the same outputs as `_chunk_function`. `expected`: `"fresh"`
+    or `"inferred"` for `ExpectedWorlds` (the chunk's worlds are then the observed options
+    `[F, sites]`, unused for fresh), blame in expectation over the noise as one world."""
     pipeline, structure, players, _, _, _ = game
     n = len(players)
 
     def per_world(world, logits, score):
+        if expected is not None:
+            observed = world if expected == "inferred" else None
+            maps = expected_site_maps(structure, graph, logits, observed)
+            blame = world_blame(elim, maps, score, interactions)
+            return jax.tree_util.tree_map(lambda x: x[None], blame)
         noise = world_noise(structure, world)
         if elim.chain and not interactions:
             chain = chain_maps(structure, elim, logits, noise, world)
@@ -246,10 +256,14 @@ def _structured_function(game: Game, elim, graph, interactions: bool):
         return world_blame(elim, maps, score, interactions)
 
     def per_failure(case, worlds, threshold):
-        num_worlds = worlds.key.shape[0]
         logits = site_logits(pipeline, structure, case)  # depend on no world
         score = factor_tables(pipeline, structure, graph, case, elim.factors)
-        blame = jax.vmap(per_world, in_axes=(0, None, None))(worlds, logits, score)
+        if expected is not None:
+            num_worlds = 1
+            blame = per_world(worlds, logits, score)
+        else:
+            num_worlds = worlds.key.shape[0]
+            blame = jax.vmap(per_world, in_axes=(0, None, None))(worlds, logits, score)
 
         def mean(x):
             return x.sum(0) / num_worlds
@@ -434,9 +448,18 @@ def exact_run(
     # On the device once (a no-op for JAX arrays), and sliced there.
     cases = jax.tree_util.tree_map(on_device, cases)
     n = game.num_players
+    expected = None
+    if isinstance(worlds, ExpectedWorlds):
+        expected = worlds.kind
+        method = _expected_method(game, method)
     method, elim, graph = resolve_method(game, cases, method, max_steps)
-    num_worlds = check_worlds(worlds, num_failures, structure)
-    worlds, carried = split_case_ids(worlds)  # the ids travel to the result, not the programs
+    if expected is not None:
+        carried = check_expected_worlds(worlds, num_failures, structure)
+        num_worlds = 1
+        worlds = _expected_rows(game, graph, cases, worlds, carried)
+    else:
+        num_worlds = check_worlds(worlds, num_failures, structure)
+        worlds, carried = split_case_ids(worlds)  # the ids go to the result, not the programs
     if case_ids is None:
         case_ids = carried
     again["case_ids"] = case_ids
@@ -452,7 +475,7 @@ def exact_run(
                 per_failure *= max(1, n)
             block_size = max(1, STRUCTURED_BUDGET // per_failure)
             block_size = 1 << (block_size.bit_length() - 1)
-        function = _structured_function(game, elim, graph, interactions)
+        function = _structured_function(game, elim, graph, interactions, expected)
     else:
         size = 1 << n
         world_group = num_worlds
@@ -509,11 +532,25 @@ def exact_run(
         method == "enumerate" and rows_per_world and nan.any()
     ):  # a row without a valid option, maybe never reached
         return exact_run(game, cases, worlds, rows_per_world=False, **again)
+    if expected is not None:
+
+        def explain():
+            f = int(np.flatnonzero(nan)[0]) if nan.any() else 0
+            who = f"failure {f}" if case_ids is None else f"case {int(case_ids[f])}"
+            return (
+                f"{who}: some coalition reaches a NaN score or draws from a row with no valid "
+                "option with positive probability (expected_worlds)"
+            )
+    else:
+
+        def explain():
+            return explain_nan(game, cases, worlds, nan, case_ids)
+
     check_scores_in_range(
         stats[:, 0].min(),
         stats[:, 1].max(),
         game.score_range,
-        lambda: explain_nan(game, cases, worlds, nan, case_ids),
+        explain,
         nan=bool(nan.any()),
     )
     result = ExactResult(
@@ -531,6 +568,51 @@ def exact_run(
         case_ids=np.arange(num_failures) if case_ids is None else np.asarray(case_ids, np.int64),
     )
     return result, (None if threshold is None else resolve)
+
+
+def _expected_method(game: Game, method: str) -> str:
+    """The method for `ExpectedWorlds`: the structured path only, in hard mode."""
+    if not isinstance(game.mode, Hard):
+        raise ValueError(
+            f"`expected_worlds` integrates hard (Gumbel-max) draws exactly; got mode={game.mode!r}: "
+            "leave `mode` at Hard()"
+        )
+    if method == "enumerate":
+        raise ValueError(
+            "`expected_worlds` needs the structured path (method='auto' or 'structured'), got "
+            "method='enumerate': enumeration replays sampled worlds (use fresh_worlds or "
+            "inferred_worlds)"
+        )
+    if method not in METHODS:
+        raise ValueError(f"`method` must be one of {METHODS}, got {method!r}")
+    return "structured"
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _observed_logits(game: Game, graph, cases, observed):
+    """The logit of every observed option in the observed run, `[F, sites]`."""
+    pipeline, structure = game.pipeline, game.structure
+    return jax.vmap(lambda c, o: observed_logits(graph, site_logits(pipeline, structure, c), o))(
+        cases, observed
+    )
+
+
+def _expected_rows(game: Game, graph, cases, worlds: ExpectedWorlds, case_ids):
+    """What the compiled call takes as worlds for `ExpectedWorlds`: the observed options
+    `[F, sites]` (zeros `[F, 1]` for fresh noise), each observation checked possible."""
+    if worlds.observed is None:
+        return jnp.zeros((len(case_ids), 1), jnp.int32)
+    picked = np.asarray(_observed_logits(game, graph, cases, worlds.observed))
+    bad = np.argwhere(~np.isfinite(picked))
+    if bad.size:
+        f, i = (int(x) for x in bad[0])
+        site = game.structure.sites[i]
+        raise ValueError(
+            f"case {int(case_ids[f])}: the observed option {int(worlds.observed[f, i])} of step "
+            f"{site.step!r} (slot {site.slot}) has logit -inf in the factual run, so it "
+            "could not have been chosen; the observations and the logits disagree"
+        )
+    return worlds.observed
 
 
 def explain_nan(game: Game, cases, worlds: World, suspects, case_ids=None) -> str:

@@ -21,3 +21,7 @@ from ._graph import find_graph as find_graph
 from ._graph import read_tables as read_tables
 from ._graph import score_table as score_table
 from ._graph import site_logits as site_logits
+from ._transitions import expected_site_maps as expected_site_maps
+from ._transitions import observed_logits as observed_logits
+from ._transitions import posterior_transition as posterior_transition
+from ._transitions import prior_transition as prior_transition

@@ -167,7 +167,13 @@ def _step(elim: Elimination, op: SiteOp, T, axes, maps, weights, tables, dtype, 
     per batch row for the player's bit, or None (both weights 1: the reachability pass)."""
     best = maps[op.site]
     size = elim.sizes[op.site]
-    fact = jax.nn.one_hot(best[0], size, dtype=dtype)  # [*K_parents, K]; -1: a zero row
+    expected = jnp.issubdtype(best.dtype, jnp.floating)  # transition matrices, not maps
+    onehot = (
+        (lambda x: x.astype(dtype))
+        if expected
+        else functools.partial(jax.nn.one_hot, num_classes=size, dtype=dtype)
+    )
+    fact = onehot(best[0])  # [*K_parents, K]; -1: a zero row
     ins = [BATCH] + list(axes)
     table = list(op.parents) + [op.site]
     out = [BATCH] + list(op.out if out is None else out)
@@ -176,7 +182,7 @@ def _step(elim: Elimination, op: SiteOp, T, axes, maps, weights, tables, dtype, 
         extra += [tables[k].astype(dtype), list(elim.factors[k])]
     if op.player < 0:
         return jnp.einsum(T, ins, fact, table, *extra, out)
-    fix = jax.nn.one_hot(best[op.fix], size, dtype=dtype)
+    fix = onehot(best[op.fix])
     if op.bit < 0:
         a = jnp.einsum(T, ins, fact, table, *extra, out)
         b = jnp.einsum(T, ins, fix, table, *extra, out)
@@ -228,7 +234,10 @@ def reachable(elim: Elimination, maps, dtype):
             T, axes = _open_bit(T, None), axes + (op.bit,)
         best = maps[op.site]
         rows = jnp.stack([best[0], best[op.fix]]) if op.player >= 0 else best[:1]
-        bad = (rows < 0).astype(dtype)  # [variants seen, *K_parents]
+        if jnp.issubdtype(rows.dtype, jnp.floating):  # transitions: a row of zeros
+            bad = (rows.sum(-1) <= 0.5).astype(dtype)
+        else:
+            bad = (rows < 0).astype(dtype)  # [variants seen, *K_parents]
         ins = [BATCH] + list(axes)
         if op.bit >= 0:
             hit = jnp.einsum(T, ins, bad, [op.bit] + list(op.parents), [])
@@ -474,6 +483,11 @@ def world_blame(
     n = elim.num_players
     dtype = jnp.result_type(float)
     tables = tuple(table.astype(dtype) for table in tables)
+    # Transition matrices (floating `maps`, `expected_site_maps`): the game in expectation
+    # over the noise, contracted by the general path (no `last`: -1).
+    expected = maps is not None and jnp.issubdtype(maps[0].dtype, jnp.floating)
+    if expected and elim.chain:
+        elim = elim._replace(chain=False)
     nodes, weights = quadrature(n)
     # Banzhaf's point; t = 1, where the gain is v(N) - v(N - {j}) (a one-hot forward pass
     # and exact scores backward: one rounding, as the enumerating path's difference); then
@@ -489,6 +503,8 @@ def world_blame(
             reach[s[0], : t_.shape[0]] if s else jnp.ones((), dtype)
             for s, t_ in zip(elim.factors, tables)
         )
+    elif expected:
+        masks, invalid = reachable(elim, tuple((m > 0).astype(dtype) for m in maps), dtype)
     else:
         masks, invalid = reachable(elim, maps, dtype)
     low, high, bad = _range(masks, tables)
@@ -508,7 +524,11 @@ def world_blame(
         options, run_invalid, runs = chain_runs(elim, fact, fix, unary, constant, bits)
     else:
         gains = jax.grad(lambda t: extension(elim, maps, safe, t).sum())(t)  # [points, n]
-        options, run_invalid, runs = direct_runs(elim, maps, safe, bits)
+        if expected:  # the expected scores of the runs: F at the cube's corners
+            runs = extension(elim, maps, safe, bits.astype(dtype))
+            options, run_invalid = None, jnp.zeros((), bool)
+        else:
+            options, run_invalid, runs = direct_runs(elim, maps, safe, bits)
     w = jnp.asarray(weights, dtype)
     shapley = w @ gains[2:]
     banzhaf, leave_one_out = gains[0], gains[1]
@@ -522,11 +542,14 @@ def world_blame(
         pairs = jnp.einsum("m,mij->ij", w, H)
         pairs = jnp.where(jnp.eye(n, dtype=bool), 0, pairs)
     bad = bad | jnp.any(run_invalid)
-    differs = options[0] != options[1]
-    player = np.asarray(elim.site_player)
-    differs = differs & jnp.asarray(player >= 0)
-    last_site = jnp.max(jnp.where(differs, jnp.arange(player.size), -1))
-    last = jnp.where(last_site >= 0, jnp.asarray(player)[jnp.maximum(last_site, 0)], -1)
+    if expected:  # no single failed and fixed run to compare
+        last = jnp.asarray(-1, jnp.int32)
+    else:
+        differs = options[0] != options[1]
+        player = np.asarray(elim.site_player)
+        differs = differs & jnp.asarray(player >= 0)
+        last_site = jnp.max(jnp.where(differs, jnp.arange(player.size), -1))
+        last = jnp.where(last_site >= 0, jnp.asarray(player)[jnp.maximum(last_site, 0)], -1)
     nan = jnp.where(bad, jnp.nan, 0).astype(dtype)
     return WorldBlame(
         shapley=shapley + nan,

@@ -1,9 +1,11 @@
 """The worlds a failure is replayed in: its recorded noise, fresh noise, or noise inferred
-(abducted) from the observed choices; replaying cases under them, and how faithfully a
+(abducted) from the observed choices, or all worlds integrated (`expected_worlds`); replaying cases under them, and how faithfully a
 replay reproduces a record.
 """
 
 from ..pipeline import observed_plan as observed_plan
+from ._expected import ExpectedWorlds as ExpectedWorlds
+from ._expected import expected_worlds as expected_worlds
 from ._fidelity import ReplayFidelity as ReplayFidelity
 from ._fidelity import replay_fidelity as replay_fidelity
 from ._replay import replay as replay
