@@ -19,6 +19,9 @@ from ._blame import blame_runs as blame_runs
 from ._blame import group_runs as group_runs
 from ._blame import trace_cases as trace_cases
 from ._check import FORMAT as FORMAT
+from ._declare import declare_decisions as declare_decisions
+from ._declare import prompt_of as prompt_of
+from ._declare import score_decisions as score_decisions
 from ._evaluate import Evaluation as Evaluation
 from ._evaluate import Prediction as Prediction
 from ._evaluate import Score as Score
@@ -51,6 +54,7 @@ from ._readout import blame_predictions as blame_predictions
 from ._readout import readout as readout
 from ._record import decision_attributes as decision_attributes
 from ._record import record_decision as record_decision
+from ._spans import NoAgentsWarning as NoAgentsWarning
 from ._spans import from_openinference as from_openinference
 from ._spans import from_otel as from_otel
 from ._whowhen import from_whowhen as from_whowhen

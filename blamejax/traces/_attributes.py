@@ -56,37 +56,110 @@ def _choice_text(body) -> str | None:
     return content if isinstance(content, str) else None
 
 
-def _is_agent_span(span) -> bool:
+def _name(value) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+#: `gen_ai.operation.name` values of a model call (the GenAI conventions' inference spans).
+MODEL_OPERATIONS = ("chat", "text_completion", "generate_content", "completion", "embeddings")
+
+
+def _otel_agent_span(span) -> tuple[bool, str | None]:
+    """(whether `span` runs an agent, the agent it names): an `invoke_agent` span (its
+    `gen_ai.agent.name`, else its name after "invoke_agent "), or a Traceloop agent span,
+    `traceloop.span.kind` "agent" (its `gen_ai.agent.name`, else `traceloop.entity.name`,
+    else its name without ".agent", as Traceloop's `@agent` decorator names it)."""
     a = span["attributes"]
-    return (
+    if (
         a.get("gen_ai.operation.name") == "invoke_agent"
         or span["name"].split(" ")[0] == "invoke_agent"
-    )
+    ):
+        return True, _name(a.get("gen_ai.agent.name")) or span["name"].partition(" ")[
+            2
+        ].strip() or None
+    if a.get("traceloop.span.kind") == "agent":
+        named = _name(a.get("traceloop.entity.name")) or span["name"].removesuffix(".agent")
+        return True, _name(a.get("gen_ai.agent.name")) or _name(named)
+    return False, None
+
+
+def _langgraph_node(a) -> str | None:
+    """The LangGraph node a span ran in: `metadata.langgraph_node` (LangChain's run metadata,
+    which OpenInference's LangChain instrumentation writes as the JSON string `metadata`);
+    LangGraph's own nodes (`__start__`, `__end__`) name none."""
+    metadata = a.get("metadata")
+    if isinstance(metadata, str):
+        try:
+            metadata = json.loads(metadata)
+        except json.JSONDecodeError:
+            return None
+    node = metadata.get("langgraph_node") if isinstance(metadata, dict) else None
+    return node if _name(node) and not node.startswith("__") else None
+
+
+def agent_of(span, above, own, agent_span, named, used, key) -> tuple[str | None, bool]:
+    """The agent of `span` by the agent rule of docs/traces.md, and whether an agent span
+    named it (which its children inherit):
+
+    1. an agent span names its own agent (`named`; else the agent above);
+    2. a span under an agent span takes the nearest one's agent;
+    3. a span's own `key` attribute (`own`) names its agent;
+    4. a span that started while an agent span of its trace ran (not above it) takes that
+       agent: OpenInference's LangChain spans follow LangChain's own run tree, so a call
+       made inside the user's AGENT span is parented beside it, not under it;
+    5. a span of a LangGraph node takes the node's name (`metadata.langgraph_node`);
+    6. else its parent's agent.
+
+    `above` is `(agent, from_agent_span, beside)`: the parent step's agent, whether an agent
+    span named it, and the agent of the innermost agent span running when this span started. The attribute `key` is consumed when it agrees with the agent."""
+    agent_above, from_agent_span, beside = above
+    node = _langgraph_node(span["attributes"])
+    if agent_span:
+        agent, from_agent_span = named or agent_above, True
+    elif from_agent_span:
+        agent = agent_above
+    elif own is not None:
+        agent = own
+    elif beside is not None:
+        agent, from_agent_span = beside, True
+    elif node is not None:
+        agent = node
+    else:
+        agent = agent_above
+    if own is not None and own == agent:
+        used.add(key)
+    return agent, from_agent_span
+
+
+def _indexed(a, pattern) -> str | None:
+    """The texts of the attributes matching `pattern` (one group: the index), joined by
+    newlines in index order (`gen_ai.completion.0.content`, `llm.output_messages.0...`)."""
+    found = (re.fullmatch(pattern, k) for k in a)
+    contents = sorted((int(m.group(1)), a[m.group(0)]) for m in found if m)
+    return "\n".join(c for _, c in contents if isinstance(c, str)) or None
 
 
 def otel_fields(span, above, used) -> dict:
     """Step fields from OpenTelemetry GenAI attributes (`used`: the attributes consumed).
 
-    `above` is `(agent, from_agent_span)` of the parent step. The agent is that of the
-    nearest `invoke_agent` span, itself included: its `gen_ai.agent.name`, else its span name
-    after "invoke_agent "; a span under one keeps its own `gen_ai.agent.name` (an
-    instrumentation's default, say) in `extra`. Outside every agent span, a span's own
-    `gen_ai.agent.name`, else its parent's agent. The returned `"from_agent_span"` says which
-    rule named the agent (for the children)."""
+    `above` is as in `agent_of`. Agent spans are `invoke_agent` spans and Traceloop's agent spans
+    (`traceloop.span.kind` "agent"). The output is the text parts of
+    `gen_ai.output.messages`, else the older indexed `gen_ai.completion.<i>.content`, else
+    `gen_ai.tool.call.result`, else what an event or joined log record says; the tokens
+    `gen_ai.usage.input_tokens`/`output_tokens`, else the older `prompt_tokens`/
+    `completion_tokens`. The returned `"from_agent_span"`, `"agent_span"` and `"model_call"`
+    are for the importer (the children, the agents beside, the warning)."""
     a = span["attributes"]
-    agent_above, from_agent_span = above
-    own = a.get("gen_ai.agent.name")
-    own = own if isinstance(own, str) and own else None
-    if _is_agent_span(span):
-        named = span["name"].partition(" ")[2].strip() or None
-        agent, from_agent_span = own or named or agent_above, True
-    elif from_agent_span or own is None:
-        agent = agent_above
-    else:
-        agent = own
-    if own is not None and own == agent:
-        used.add("gen_ai.agent.name")
+    agent_span, named = _otel_agent_span(span)
+    own = _name(a.get("gen_ai.agent.name"))
+    agent, from_agent_span = agent_of(
+        span, above, own, agent_span, named, used, "gen_ai.agent.name"
+    )
+    if agent_span and named is not None and named == _name(a.get("traceloop.entity.name")):
+        used.add("traceloop.entity.name")
     output = _text(a.get("gen_ai.output.messages"))
+    if output is None:
+        output = _indexed(a, r"gen_ai\.completion\.(\d+)\.content")
     if output is None and isinstance(a.get("gen_ai.tool.call.result"), str):
         output = a["gen_ai.tool.call.result"]
     for event in [*span["events"], *span.get("logs", ())]:  # content captured as events or logs
@@ -95,10 +168,25 @@ def otel_fields(span, above, used) -> dict:
             output = _text(attributes.get("gen_ai.output.messages"))
             if output is None and event.get("name") == "gen_ai.choice":
                 output = _choice_text(event.get("body"))
-    tokens = _tokens(
-        a, (("input", "gen_ai.usage.input_tokens"), ("output", "gen_ai.usage.output_tokens")), used
+    keys = [("input", "gen_ai.usage.input_tokens"), ("output", "gen_ai.usage.output_tokens")]
+    for i, (name, key) in enumerate(keys):
+        older = f"gen_ai.usage.{'prompt' if name == 'input' else 'completion'}_tokens"
+        if key not in a and older in a:
+            keys[i] = (name, older)
+    tokens = _tokens(a, keys, used)
+    model_call = (
+        a.get("gen_ai.operation.name") in MODEL_OPERATIONS
+        or "gen_ai.request.model" in a
+        or "llm.request.type" in a
     )
-    fields = dict(agent=agent, output=output, tokens=tokens, from_agent_span=from_agent_span)
+    fields = dict(
+        agent=agent,
+        output=output,
+        tokens=tokens,
+        from_agent_span=from_agent_span,
+        agent_span=agent_span,
+        model_call=model_call,
+    )
     return decision_fields(a, fields, used)
 
 
@@ -174,34 +262,31 @@ def decision_fields(a, fields, used) -> dict:
 def openinference_fields(span, above, used) -> dict:
     """Step fields from OpenInference attributes (`used`: the attributes consumed).
 
-    `above` is `(agent, from_agent_span)` of the parent step. An AGENT span names its agent:
-    `agent.name`, else its span name, except a root AGENT span without `agent.name` (the
-    workflow that holds the run, not an agent), which names none. A span under an AGENT span
-    that named an agent takes that agent (its own `agent.name` stays in `extra`); elsewhere
-    its own `agent.name`, else its parent's agent. The output is the text of
-    `llm.output_messages.<i>.message.content` (in index order), else `output.value` (the
-    raw `output.value` of an LLM span, the chat completion's JSON, stays in `extra`)."""
+    `above` is as for `otel_fields`. An AGENT span names its agent: `agent.name`, else its
+    span name, except a root AGENT span without `agent.name` (the workflow that holds the
+    run, not an agent), which names none; the rest of the agent rule is `agent_of`'s. The
+    output is the text of `llm.output_messages.<i>.message.content` (in index order), else
+    `output.value` (the raw `output.value` of an LLM span, the chat completion's JSON, stays
+    in `extra`)."""
     a = span["attributes"]
     kind = a.get("openinference.span.kind")
-    agent_above, from_agent_span = above
-    own = a.get("agent.name")
-    own = own if isinstance(own, str) and own else None
-    if kind == "AGENT" and (own or span["parent"] is not None):
-        agent, from_agent_span = own or span["name"], True
-    elif from_agent_span or own is None:
-        agent = agent_above
-    else:
-        agent = own
-    if own is not None and own == agent:
-        used.add("agent.name")
-    found = (re.fullmatch(r"llm\.output_messages\.(\d+)\.message\.content", k) for k in a)
-    contents = sorted((int(m.group(1)), a[m.group(0)]) for m in found if m)  # by index
-    output = "\n".join(c for _, c in contents if isinstance(c, str)) or None
+    own = _name(a.get("agent.name"))
+    agent_span = kind == "AGENT" and (own is not None or span["parent"] is not None)
+    named = (own or span["name"]) if agent_span else None
+    agent, from_agent_span = agent_of(span, above, own, agent_span, named, used, "agent.name")
+    output = _indexed(a, r"llm\.output_messages\.(\d+)\.message\.content")
     if output is None and isinstance(a.get("output.value"), str):
         output = a["output.value"]
         used.add("output.value")
     tokens = _tokens(
         a, (("input", "llm.token_count.prompt"), ("output", "llm.token_count.completion")), used
     )
-    fields = dict(agent=agent, output=output, tokens=tokens, from_agent_span=from_agent_span)
+    fields = dict(
+        agent=agent,
+        output=output,
+        tokens=tokens,
+        from_agent_span=from_agent_span,
+        agent_span=agent_span,
+        model_call=kind == "LLM",
+    )
     return decision_fields(a, fields, used)

@@ -135,6 +135,7 @@ def console_span(doc: dict, where: dict, problems: list) -> dict | None:
         parent=_id(parent),
         name=doc.get("name") or sid,
         start=start,
+        end=max(_nanoseconds(doc.get("end_time")) or start, start),
         status=status,
         attributes=attributes,
         events=events,

@@ -247,6 +247,7 @@ def _flatten(span, resource, scope, where, problems) -> dict | None:
         parent=ids["parentSpanId"][0] if parent is not None else None,
         name=span.get("name") or ids["spanId"][0],
         start=start,
+        end=_end_time(span.get("endTimeUnixNano"), start),
         status=status,
         attributes=attributes,
         events=events,
@@ -255,6 +256,14 @@ def _flatten(span, resource, scope, where, problems) -> dict | None:
         base64=from_base64,
         **where,
     )
+
+
+def _end_time(value, start: int) -> int:
+    """A span's end in nanoseconds (its start when absent or unreadable: a zero-length span)."""
+    try:
+        return max(int(value), start)
+    except (TypeError, ValueError):
+        return start
 
 
 def _flatten_log(record, field, resource, scope, where, problems) -> dict | None:

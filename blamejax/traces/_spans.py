@@ -10,8 +10,10 @@ tables, the agent rule and the outcome rule.
 """
 
 import re
+import warnings
 from collections.abc import Mapping
 
+from .._checks import user_stacklevel
 from ._attributes import openinference_fields, otel_fields
 from ._check import check_run
 from ._format import ERRORS, Problem, Run, Step, deliver, to_record
@@ -53,7 +55,20 @@ def _join_logs(logs, traces, problems) -> int:
     return lost
 
 
-def _import(path, fields_of, outcomes, outcome_key, ok_means_passed, errors):
+def _running_agent(agent_spans, start) -> str | None:
+    """The agent of the innermost agent span that was running when a span started (its
+    start inside the agent span's time), or None: none was, or two ran at once without one
+    holding the other (concurrent agents: the time cannot tell which)."""
+    running = [(s, e, agent) for s, e, agent in agent_spans if s <= start <= e and s < e]
+    if not running:
+        return None
+    inner = max(running, key=lambda entry: entry[0])
+    if any(not (s <= inner[0] and inner[1] <= e) for s, e, _ in running):
+        return None
+    return inner[2]
+
+
+def _import(path, fields_of, outcomes, outcome_key, ok_means_passed, errors, convention):
     if errors not in ERRORS:
         raise ValueError(f"errors must be 'raise' or 'collect', got {errors!r}")
     if not isinstance(ok_means_passed, bool):
@@ -79,7 +94,7 @@ def _import(path, fields_of, outcomes, outcome_key, ok_means_passed, errors):
             message = what.get(outcome_key, f"no root span has this {outcome_key}")
             problems.append(Problem(str(path), None, f"outcomes[{key!r}]", message))
     skipped += sum(1 for tid in broken if tid not in traces)  # no span of it could be read
-    runs, matched = [], set()
+    runs, matched, agentless = [], set(), []
     for tid, group in traces.items():
         found: list[Problem] = []
         if tid in broken:  # a run without some of its spans would be wrong: leave it out
@@ -133,6 +148,8 @@ def _import(path, fields_of, outcomes, outcome_key, ok_means_passed, errors):
             skipped += 1
             continue
         names, taken, agents, steps, spans_of_steps = {}, set(), {}, [], []
+        agent_spans: list = []  # (start, end, agent) of the agent spans met so far
+        model_calls = 0
         from_base64 = any(s["base64"] for s in group)
         for span in ordered(list(ids.values())):
             name, k = span["name"], 1
@@ -142,13 +159,18 @@ def _import(path, fields_of, outcomes, outcome_key, ok_means_passed, errors):
             names[span["id"]] = name
             taken.add(name)
             used: set[str] = set()
+            agent_above, from_agent_span = agents.get(span["parent"], (None, False))
+            beside = _running_agent(agent_spans, span["start"])
             try:
-                fields = fields_of(span, agents.get(span["parent"], (None, False)), used)
+                fields = fields_of(span, (agent_above, from_agent_span, beside), used)
             except Bad as e:
                 key, _, message = str(e).partition(": ")
                 bad(span, key, message)
                 continue
             agents[span["id"]] = (fields["agent"], fields.pop("from_agent_span"))
+            if fields.pop("agent_span") and fields["agent"] is not None:
+                agent_spans.append((span["start"], span.get("end", span["start"]), fields["agent"]))
+            model_calls += fields.pop("model_call")
             extra = dict(span["extra"])
             if span.get("logs"):
                 extra["logs"] = span["logs"]
@@ -188,7 +210,34 @@ def _import(path, fields_of, outcomes, outcome_key, ok_means_passed, errors):
             skipped += 1
             continue
         runs.append(run)
+        if model_calls and not run.agents:
+            agentless.append(run.run)
+    if agentless:
+        warnings.warn(
+            NoAgentsWarning(agentless_message(agentless, convention)),
+            stacklevel=user_stacklevel(),
+        )
     return deliver(runs, problems, skipped, errors)
+
+
+class NoAgentsWarning(UserWarning):
+    """A span import found runs with model calls but no agent: nothing in the spans named one
+    (see the agent rule in docs/traces.md), so blame cannot be summed per agent."""
+
+
+def agentless_message(runs, convention) -> str:
+    shown_runs = ", ".join(runs[:5]) + (", ..." if len(runs) > 5 else "")
+    how = {
+        "otel": "an `invoke_agent <name>` span with `gen_ai.agent.name` (or Traceloop's "
+        "@agent decorator)",
+        "openinference": "an AGENT span with `agent.name` (or a LangGraph node)",
+    }[convention]
+    return (
+        f"{len(runs)} run(s) ({shown_runs}) have model calls but no agent: no span names one. "
+        f"Wrap each agent's work in {how}, or name agents afterwards "
+        "(dataclasses.replace(step, agent=...)); steps without an agent are left out of the "
+        "per-agent blame"
+    )
 
 
 def from_otel(
@@ -252,7 +301,7 @@ def from_otel(
     assert run.extra["outcome_from"] == "status ERROR"
     ```
     """
-    return _import(path, otel_fields, outcomes, outcome_key, ok_means_passed, errors)
+    return _import(path, otel_fields, outcomes, outcome_key, ok_means_passed, errors, "otel")
 
 
 def from_openinference(
@@ -279,4 +328,6 @@ def from_openinference(
 
     **Raises:** `TraceError` listing every problem by file, line and `span[<span id>]`.
     """
-    return _import(path, openinference_fields, outcomes, outcome_key, ok_means_passed, errors)
+    return _import(
+        path, openinference_fields, outcomes, outcome_key, ok_means_passed, errors, "openinference"
+    )
