@@ -1,5 +1,5 @@
 """The documentation runs: every ```python block in the docstrings of the public API, and the
-blocks of README.md and docs/*.md.
+blocks of README.md and docs/*.md (in README.md and docs/index.md, with the output they show).
 
 Each docstring block is one test (id: the dotted name it documents), run in a fresh namespace.
 The blocks of one Markdown file build on each other, so each file is one test that runs its
@@ -104,19 +104,21 @@ def _markdown_files():
 
 @pytest.mark.parametrize("path", _markdown_files())
 def test_markdown_blocks(path, tmp_path, monkeypatch, capsys):
-    """The blocks run; in README.md, each ```text block is output its code really prints."""
+    """The blocks run; in README.md and docs/index.md (the two front pages), each ```text block
+    is output its code really prints."""
     monkeypatch.chdir(tmp_path)
     namespace = {"__name__": "__docs__"}
     text = path.read_text()
     for i, code in enumerate(BLOCK.findall(text)):
         if not SKIP.search(code):
             exec(compile(code, f"<{path.relative_to(ROOT)}, python block {i}>", "exec"), namespace)
-    if path.name == "README.md":
+    if path in (ROOT / "README.md", ROOT / "docs" / "index.md"):
+        where = path.relative_to(ROOT)
         printed = capsys.readouterr().out
         shown = OUTPUT.findall(text)
-        assert shown, "README.md shows no ```text output block"
+        assert shown, f"{where} shows no ```text output block"
         for block in shown:
-            assert block in printed, f"README.md shows output its code does not print:\n{block}"
+            assert block in printed, f"{where} shows output its code does not print:\n{block}"
 
 
 def test_examples_are_collected():
