@@ -61,7 +61,8 @@ def posterior_transition(a, b, o):
     ea = jnp.where(va, jnp.exp(as_), 0)
     Z = eb.sum()
     d = jnp.where(va & vb, as_ - bs, jnp.where(va, BIG, -BIG))
-    other = jnp.arange(num) != o
+    o = jnp.asarray(o, jnp.int32)
+    other = jnp.arange(num, dtype=jnp.int32) != o
     candidate = va & other  # the options that can be in U
 
     def h(s, inside):
@@ -76,7 +77,7 @@ def posterior_transition(a, b, o):
     lo, hi = p[:-1], p[1:]  # K - 1 pieces
     inside = candidate[None, :] & (d[None, :] >= hi[:, None])  # [K-1, K]
     gain = jax.vmap(h)(hi, inside) - jax.vmap(h)(lo, inside)  # [K-1]
-    total_a = (inside * ea[None, :]).sum(1)
+    total_a = jnp.where(inside, ea[None, :], 0).sum(1)
     active = (lo >= d_o) & (hi > lo) & (total_a > 0)
     share = (
         jnp.where(active[:, None] & inside, ea[None, :], 0) / jnp.where(active, total_a, 1)[:, None]
