@@ -6,7 +6,9 @@ The package is arranged in the order the computation flows:
 2. `noise` and `worlds`: its luck — addressed Gumbel noise, and the recorded, fresh or
    inferred worlds a failure is replayed in;
 3. `coalitions`: the score of every coalition of fixes (and of Monte Carlo prefixes);
-4. `reduction`: coalition scores to Shapley values and the simpler rules;
+4. `reduction`: coalition scores to Shapley values and the simpler rules; beside these two,
+   `structured`: the same attributions from the game's multilinear extension, without a
+   coalition table (exact past 20 steps);
 5. `stats`: confidence radii, checkpoints, stopping rules and intervals;
 6. `estimators`: exact blame, Monte Carlo Shapley, batch blame over a test set;
 7. `report`: text, JSON, pandas and HTML reports;
