@@ -12,6 +12,7 @@ from pathlib import Path as _Path
 
 from ._blame import NO_LOGITS as NO_LOGITS
 from ._blame import NO_OPTIONS as NO_OPTIONS
+from ._blame import FailureOutsideDecisionsWarning as FailureOutsideDecisionsWarning
 from ._blame import TraceBlame as TraceBlame
 from ._blame import TraceCases as TraceCases
 from ._blame import TracePipeline as TracePipeline

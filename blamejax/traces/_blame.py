@@ -20,6 +20,7 @@ their factual logits, never a player) are listed in `TraceCases.unblamable` with
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -27,6 +28,7 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
+from .._checks import NotAFailureWarning, user_stacklevel
 from ..estimators import exact_blame, mc_shapley
 from ..noise import RUNS_MC_TAG, as_key
 from ..report import CAVEAT
@@ -318,6 +320,9 @@ class TraceBlame(NamedTuple):
     - `unblamable`: `{step: reason}`, the steps that could not be blamed (as `cases.unblamable`).
     - `mismatched`: the runs whose recorded `passed` disagrees with the score of their
       observed choices (check the score rule, or the trace).
+    - `outside`: the failed runs whose decisions all chose accepted options (their observed
+      choices score the top): the failure lies outside the declared decisions, so none of
+      them is to blame; `readout` names no culprit for them.
     - `caveat`: the sentence every report of this blame must carry.
     """
 
@@ -327,6 +332,7 @@ class TraceBlame(NamedTuple):
     unblamable: dict
     mismatched: tuple[str, ...]
     caveat: str
+    outside: tuple[str, ...] = ()
 
 
 ESTIMATORS = ("exact", "mc")
@@ -387,18 +393,22 @@ def blame_runs(
         raise ValueError("`max_evaluations` is used only with estimator='mc'")
     key = as_key(key)
     worlds = inferred_worlds(tc.pipeline, tc.cases, tc.observed, key, num_worlds)
-    if estimator == "exact":
-        result = exact_blame(tc.pipeline, tc.cases, worlds, steps=tc.players, **options)
-    else:
-        result = mc_shapley(
-            tc.pipeline,
-            tc.cases,
-            worlds,
-            jr.fold_in(key, RUNS_MC_TAG),
-            max_evaluations=max_evaluations,
-            steps=tc.players,
-            **options,
-        )
+    with warnings.catch_warnings():
+        # The estimators' warning speaks of worlds and keys, which a trace user never gave;
+        # the runs it is about are named below, in a trace user's words.
+        warnings.simplefilter("ignore", NotAFailureWarning)
+        if estimator == "exact":
+            result = exact_blame(tc.pipeline, tc.cases, worlds, steps=tc.players, **options)
+        else:
+            result = mc_shapley(
+                tc.pipeline,
+                tc.cases,
+                worlds,
+                jr.fold_in(key, RUNS_MC_TAG),
+                max_evaluations=max_evaluations,
+                steps=tc.players,
+                **options,
+            )
     high = result.score_range[1]
     empty = np.asarray(result.empty, np.float64)
     mismatched = tuple(
@@ -406,4 +416,30 @@ def blame_runs(
         for run, passed, value in zip(tc.runs, tc.passed, empty)
         if passed is not None and bool(passed) != bool(value >= high)
     )
-    return TraceBlame(result, tc, worlds, dict(tc.unblamable), mismatched, CAVEAT)
+    outside = tuple(
+        run
+        for run, passed, value in zip(tc.runs, tc.passed, empty)
+        if passed is False and value >= high
+    )
+    if outside:
+        warnings.warn(
+            FailureOutsideDecisionsWarning(outside_message(outside, tc.players)),
+            stacklevel=user_stacklevel(),
+        )
+    return TraceBlame(result, tc, worlds, dict(tc.unblamable), mismatched, CAVEAT, outside)
+
+
+class FailureOutsideDecisionsWarning(UserWarning):
+    """Runs that failed although every declared decision chose an accepted option: the
+    failure lies outside the decisions (a call that raised, a step not declared), so no
+    decision is to blame (`TraceBlame.outside` names them; `readout` names no culprit)."""
+
+
+def outside_message(runs, players) -> str:
+    shown = ", ".join(repr(r) for r in runs[:5]) + (", ..." if len(runs) > 5 else "")
+    return (
+        f"{len(runs)} failed run(s) ({shown}) chose an accepted option at every declared decision "
+        f"({', '.join(players)}): the failure lies outside these decisions (a call that raised, "
+        "a step not declared as a decision), so none of them is blamed; their blame is zero and "
+        "readout names no culprit. Declare the step that failed as a decision to blame it"
+    )

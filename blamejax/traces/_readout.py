@@ -26,8 +26,11 @@ class Readout(NamedTuple):
     - `per_step`: `Float[np.ndarray, "n"]`, the step's Shapley value ("when").
     - `per_agent`: `{agent: summed Shapley value of its steps}` ("who"), agents in order of
       their first step; steps without an agent are left out of it (they are in `per_step`).
-    - `who`: the agents whose sum is within `tolerance` of the largest (all tied ones).
-    - `when`: the steps whose value is within `tolerance` of the largest (all tied ones).
+    - `who`: the agents whose sum is within `tolerance` of the largest (all tied ones);
+      empty when the failure's factual replay already scores the top of the score range
+      (it failed outside the steps blamed: `repair_note` says so).
+    - `when`: the steps whose value is within `tolerance` of the largest (all tied ones);
+      empty in the same case.
     - `earliest_repair`: the earliest step (in the result's order) whose fix alone repairs
       the run, `None` if none does or the result cannot tell (see `repair_note`).
     - `repairs`: every step whose fix alone repairs the run, in order.
@@ -123,6 +126,22 @@ def _result_rows(result, failure: int, threshold):
     return row, repairs, note
 
 
+def _passes_factually(result, failure: int) -> str | None:
+    """Why `failure` has no culprit, or None: its factual replay (v(empty), averaged over its
+    worlds) already scores the top of the score range, so it did not fail at the steps
+    blamed (a traced run that failed outside its declared decisions)."""
+    if not isinstance(result, ExactResult | MCResult):
+        return None
+    empty = float(np.asarray(result.empty, np.float64)[failure])
+    top = float(result.score_range[1])
+    if empty < top - 1e-6 * max(1.0, abs(top)):
+        return None
+    return (
+        f"not a failure at these steps: its factual replay scores {empty:g}, the top of the "
+        "score range, so the failure lies outside them and no step is named"
+    )
+
+
 def readout(
     result,
     agents: Mapping[str, str | None] | None = None,
@@ -184,13 +203,16 @@ def readout(
     order = sorted(range(len(steps)), key=lambda i: (-row[i], i))  # stable: pipeline order in ties
     ranking = tuple((steps[i], float(row[i])) for i in order)
     repairing = () if repairs is None else tuple(s for s, r in zip(steps, repairs) if r)
+    passes = _passes_factually(result, failure)
+    if passes is not None:  # nothing failed at the steps blamed: no culprit, no repair
+        repairing, note = (), passes
     return Readout(
         steps=steps,
         agents=step_agents,
         per_step=row,
         per_agent=per_agent,
-        who=_tied_top(list(per_agent), list(per_agent.values()), tolerance),
-        when=_tied_top(steps, list(row), tolerance),
+        who=() if passes else _tied_top(list(per_agent), list(per_agent.values()), tolerance),
+        when=() if passes else _tied_top(steps, list(row), tolerance),
         earliest_repair=repairing[0] if repairing else None,
         repairs=repairing,
         repair_note=note,
@@ -222,6 +244,8 @@ def blame_predictions(
         agents = out.cases.agent_map
         for f, run in enumerate(group):
             read = readout(out.result, agents, failure=f)
+            if not read.when:  # it failed outside the steps blamed: no answer
+                continue
             step = read.earliest_repair or read.when[0]
             agent = read.who[0] if read.who else None  # ties: the agent who acted first
             index = [s.name for s in run.steps].index(step)
