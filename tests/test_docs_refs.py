@@ -31,7 +31,7 @@ NAMESPACES = sorted(
 DIRECTIVE = re.compile(r"^::: (blamejax(?:\.\w+)*)\s*$", re.MULTILINE)
 
 # A fenced code block (its code runs as a test, tests/test_docs.py), and one inline code span.
-FENCE = re.compile(r"^(```|~~~).*?^\1", re.DOTALL | re.MULTILINE)
+FENCE = re.compile(r"^[ \t]*(```|~~~).*?^[ \t]*\1", re.DOTALL | re.MULTILINE)
 SPAN = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
 # What a path reference looks like: folders then a name, or a file name with a known suffix;
 # a `:123`, `:12-34` or `:name` after it says where in the file and is not part of the path.
@@ -293,5 +293,8 @@ def test_the_reference_check_sees_what_it_should():
     assert _name_exists("worlds.key") is None  # a variable holding a `World`
     assert _name_exists("_no_such_module.name") is False
     assert _name_exists("jax.grad") is None and _name_exists("lax.scan") is None
+    plans, context = PACKAGE / "pipeline" / "_plans.py", PACKAGE / "pipeline" / "_context.py"
+    assert _defines(plans, "StepPlan") and not _defines(context, "StepPlan")
+    assert _defines(PACKAGE / "pipeline" / "__init__.py", "StepPlan")  # an export counts there
     spans = dict((text, line) for line, text in _spans(ROOT / "docs" / "architecture.md"))
     assert "pipeline/_deferred.py" in spans and "```" not in "".join(spans)
