@@ -7,7 +7,9 @@
   folder of the repository (`estimators/_batch.py`, `blamejax/traces/`, `_plans.py`,
   `tests/test_layout.py:40`) or to a name of the package (`bj.traces.from_otel`,
   `blamejax.stats.checkpoints`, `report.step_rows`, `_checks.split_case_ids`,
-  `BatchResult.plot`) exists. A failure names the file, the line and the missing target.
+  `BatchResult.plot`) exists. A name said to live in a file ("`StepPlan` in
+  `pipeline/_plans.py`") is defined there, and a bare file name (`_plans.py`) lies in the
+  folder its paragraph names before it. A failure names the file, the line and the target.
 
 Read statically where it can (paths, API pages); names are looked up on the imported package.
 """
@@ -256,6 +258,53 @@ def _misplaced_names(path: pathlib.Path) -> list[str]:
     return misplaced
 
 
+# Where a paragraph, a list item at the margin or a table row starts: a bare file name in it
+# (`_plans.py`) is looked for in the folders that the same block named before it.
+BLOCK_START = re.compile(r"^(?:#|- |\* |\d+\. |\|)")
+
+
+def _folders(ref: str) -> list[pathlib.Path]:
+    """The package folders a path reference names: itself if a folder, else its parent."""
+    ref = WHERE.sub("", ref).removeprefix("blamejax/")
+    found = []
+    for base in (PACKAGE,):
+        target = base / ref.rstrip("/")
+        if target.is_dir():
+            found.append(target)
+        elif target.is_file() and target.parent != PACKAGE:
+            found.append(target.parent)
+    return found
+
+
+def _misfiled(path: pathlib.Path) -> list[str]:
+    """Bare file names that are not in the folder their block is about: in "the interventions
+    folder (`blamejax/interventions/`) ... `_plans.py` holds ...", `_plans.py` must be
+    `blamejax/interventions/_plans.py` (or in the package's top folder)."""
+    where = path.relative_to(ROOT)
+    lines = FENCE.sub(lambda m: "\n" * m.group(0).count("\n"), path.read_text()).split("\n")
+    misfiled, folders, previous = [], [], ""
+    for number, line in enumerate(lines, start=1):
+        if line.strip() and (BLOCK_START.match(line) or not previous.strip()) and line[:1] != " ":
+            folders = []
+        previous = line
+        for ref in (m.group(1).strip() for m in SPAN.finditer(line)):
+            if not _is_path(ref):
+                continue
+            bare = "/" not in WHERE.sub("", ref)
+            if bare and folders and ref.endswith(".py"):
+                name = WHERE.sub("", ref)
+                if not any((folder / name).is_file() for folder in [PACKAGE, *folders]):
+                    named = ", ".join(str(f.relative_to(ROOT)) + "/" for f in folders)
+                    actual = [str(p.relative_to(ROOT)) for p in PACKAGE.rglob(name)]
+                    misfiled.append(
+                        f"{where}:{number}: `{ref}` is not in {named} (the folder its paragraph "
+                        f"names); it is {', '.join(actual) or 'nowhere in blamejax/'}"
+                    )
+            elif not bare:
+                folders += _folders(ref)
+    return misfiled
+
+
 def _broken_references(path: pathlib.Path) -> list[str]:
     broken = []
     where = path.relative_to(ROOT)
@@ -265,7 +314,7 @@ def _broken_references(path: pathlib.Path) -> list[str]:
                 broken.append(f"{where}:{line}: `{ref}`: no such file or folder in the repository")
         elif _name_exists(ref) is False:
             broken.append(f"{where}:{line}: `{ref}`: no such name in blamejax")
-    return broken + _misplaced_names(path)
+    return broken + _misplaced_names(path) + _misfiled(path)
 
 
 @pytest.mark.parametrize("path", _markdown_files(), ids=lambda p: str(p.relative_to(ROOT)))
