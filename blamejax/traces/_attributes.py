@@ -259,6 +259,27 @@ def decision_fields(a, fields, used) -> dict:
     return fields
 
 
+def _reply_text(value: str) -> str | None:
+    """The reply text of a model's whole reply kept as JSON (a chat completion, LangChain's
+    `LLMResult` or `AIMessage`; "" when it holds none, as a failed call's), None for any
+    other value."""
+    if not value.lstrip().startswith("{"):
+        return None
+    try:
+        data = json.loads(value)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(data, dict) or not ("choices" in data or "generations" in data):
+        return None
+    from ._langchain import as_chat_completion
+
+    try:
+        text = as_chat_completion(data)["choices"][0]["message"]["content"]
+    except (KeyError, IndexError, TypeError):
+        return ""
+    return text if isinstance(text, str) else ""
+
+
 def openinference_fields(span, above, used) -> dict:
     """Step fields from OpenInference attributes (`used`: the attributes consumed).
 
@@ -276,8 +297,12 @@ def openinference_fields(span, above, used) -> dict:
     agent, from_agent_span = agent_of(span, above, own, agent_span, named, used, "agent.name")
     output = _indexed(a, r"llm\.output_messages\.(\d+)\.message\.content")
     if output is None and isinstance(a.get("output.value"), str):
-        output = a["output.value"]
-        used.add("output.value")
+        reply = _reply_text(a["output.value"])
+        if reply is None:  # plain text: the output itself
+            output = a["output.value"]
+            used.add("output.value")
+        else:  # a whole reply (LangChain's LLMResult, a chat completion): its text; kept
+            output = reply or None
     tokens = _tokens(
         a, (("input", "llm.token_count.prompt"), ("output", "llm.token_count.completion")), used
     )
