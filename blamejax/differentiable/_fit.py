@@ -22,7 +22,7 @@ from .._checks import check_mode, check_score_range, resolve_players
 from ..coalitions import coalition_values
 from ..pipeline import Hard, Relaxed, World, check_finite_logits, discover
 from ..reduction import Attribution, attribute
-from ..worlds._expected import ExpectedWorlds
+from ..worlds import ExpectedWorlds
 from ._expected import expected_attribution, expected_plan
 
 

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._checks import (
+    check_observed,
     check_scores_in_range,
     check_worlds,
     leading_size,
@@ -39,7 +40,7 @@ from ..structured import (
     site_maps,
     world_blame,
 )
-from ..worlds._expected import ExpectedWorlds, check_expected_worlds
+from ..worlds import ExpectedWorlds
 from ._checkpoint import defers_interrupts, interrupt_notice, interrupted
 from ._devices import failure_sharding, num_shards, on_device, place, take_rows, to_local
 from ._results import ExactResult
@@ -568,6 +569,18 @@ def exact_run(
         case_ids=np.arange(num_failures) if case_ids is None else np.asarray(case_ids, np.int64),
     )
     return result, (None if threshold is None else resolve)
+
+
+def check_expected_worlds(worlds: ExpectedWorlds, num_failures: int, structure) -> np.ndarray:
+    """Check `worlds` against a batch of `num_failures` cases; return the case ids (host)."""
+    if tuple(np.shape(worlds.case_id)) != (num_failures,):
+        raise ValueError(
+            f"`worlds.case_id` must have shape [F] = [{num_failures}], got "
+            f"{tuple(np.shape(worlds.case_id))}"
+        )
+    if worlds.observed is not None:
+        check_observed(worlds.observed, num_failures, structure)
+    return np.asarray(worlds.case_id).astype(np.int64)
 
 
 def _expected_method(game: Game, method: str) -> str:

@@ -16,7 +16,6 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Int, UInt32
 
-from .._checks import check_observed
 from ._worlds import _case_ids
 
 
@@ -77,18 +76,6 @@ def expected_worlds(case_ids, observed=None) -> ExpectedWorlds:
             raise ValueError(f"`observed` must be an int array, got dtype {observed.dtype}")
         observed = jnp.asarray(observed, jnp.int32)
     return ExpectedWorlds(case_id=jnp.asarray(ids.astype(np.uint32)), observed=observed)
-
-
-def check_expected_worlds(worlds: ExpectedWorlds, num_failures: int, structure) -> np.ndarray:
-    """Check `worlds` against a batch of `num_failures` cases; return the case ids (host)."""
-    if tuple(np.shape(worlds.case_id)) != (num_failures,):
-        raise ValueError(
-            f"`worlds.case_id` must have shape [F] = [{num_failures}], got "
-            f"{tuple(np.shape(worlds.case_id))}"
-        )
-    if worlds.observed is not None:
-        check_observed(worlds.observed, num_failures, structure)
-    return np.asarray(worlds.case_id).astype(np.int64)
 
 
 def one_case(worlds: ExpectedWorlds, index) -> ExpectedWorlds:
