@@ -105,7 +105,9 @@ def _is_path(ref: str) -> bool:
         first = ref.split("/")[0]
         ours = ref.startswith(TOP) or (PACKAGE / first).is_dir() or (ROOT / first).exists()
         return ours and (ref.endswith("/") or ref.endswith(SUFFIXES) or ref.startswith(TOP))
-    return ref.endswith(SUFFIXES) and not ref.startswith(".")
+    # A bare name only for code (`_plans.py`, `batch_blame.ipynb`): a bare `answers.json` in
+    # prose is usually a name the reader picks.
+    return ref.endswith((".py", ".ipynb")) and not ref.startswith(".")
 
 
 def _path_exists(ref: str) -> bool:
@@ -329,6 +331,7 @@ def test_the_reference_check_sees_what_it_should():
     assert _is_path("blamejax/traces/") and _path_exists("blamejax/traces/")
     assert _is_path("_plans.py") and _path_exists("_plans.py")
     assert _is_path("tests/no_such_file.py") and not _path_exists("tests/no_such_file.py")
+    assert not _is_path("answers.json") and _is_path("tests/data/whowhen/README.md")
     assert not _is_path("python -m blamejax whowhen PATH") and not _is_path("a/b")
     assert not _is_path("blamejax-out/rag/") and not _is_path("Who&When/")
     assert _path_exists("tests/test_docs_refs.py::test_the_reference_check_sees_what_it_should")
