@@ -366,3 +366,65 @@ def test_pydantic_ai_invoke_agent_spans_to_blame(tmp_path):
         check_planner_blamed(runs, api, tmp_path, score_factual=True)
     finally:
         api.close()
+
+
+# Traceloop (OpenLLMetry). Its `traceloop-sdk` 0.62.4 cannot be installed beside the pins
+# above (it requires every opentelemetry-instrumentation-* package, of which the registry
+# here has versions that need other OpenTelemetry releases), so the model calls are traced by
+# its OpenAI instrumentation (`opentelemetry-instrumentation-openai` 0.62.4, part of the
+# extra) and each agent's span is written as the SDK's `@agent` decorator writes it
+# (traceloop/sdk/decorators/base.py of traceloop-sdk 0.62.4: the span named
+# "<name>.agent", with `traceloop.span.kind` "agent" and `traceloop.entity.name`).
+
+
+def run_traceloop(api, tracer_to, path, monkeypatch):
+    from opentelemetry.instrumentation.openai import OpenAIInstrumentor
+
+    monkeypatch.setenv("TRACELOOP_TRACE_CONTENT", "true")
+
+    def instrument(provider):
+        instrumentor = OpenAIInstrumentor()
+        instrumentor.instrument(tracer_provider=provider)
+        return instrumentor.uninstrument
+
+    tracer = tracer_to(path, instrument)
+    client = openai.OpenAI(base_url=f"{api.url}/v1", api_key="test", timeout=5.0, max_retries=0)
+    workflow = {"traceloop.span.kind": "workflow", "traceloop.entity.name": "pipeline"}
+    with tracer.start_as_current_span("pipeline.workflow", attributes=workflow) as root:
+        for agent, _, _ in AGENTS:
+            attributes = {"traceloop.span.kind": "agent", "traceloop.entity.name": agent}
+            with tracer.start_as_current_span(f"{agent}.agent", attributes=attributes):
+                client.chat.completions.create(
+                    model="test-model",
+                    messages=[
+                        {"role": "system", "content": system(agent)},
+                        {"role": "user", "content": QUESTION},
+                    ],
+                    max_tokens=1,
+                )
+    return format(root.get_span_context().trace_id, "032x")
+
+
+# Traceloop's OpenAI wrappers define a pydantic model with a class-based config on import.
+@pytest.mark.filterwarnings("ignore:Support for class-based `config` is deprecated")
+def test_traceloop_agent_spans_to_blame(tmp_path, tracer_to, monkeypatch):
+    """Traceloop's agent spans name the agents (not its workflow); its OpenAI
+    instrumentation's `openai.chat` spans carry the GenAI messages and tokens; the plain
+    trace reaches blame through declared decisions."""
+    api = FakeAPI(model_of())
+    try:
+        path = tmp_path / "spans.jsonl"
+        tid = run_traceloop(api, tracer_to, path, monkeypatch)
+        runs = bj.traces.from_otel(path, outcomes={tid: False})
+        [run] = runs
+        assert run.agents == ("planner", "researcher", "writer")
+        assert [(s.agent, s.output, s.tokens) for s in llm_steps(run)] == [
+            ("planner", "answer", {"input": 11, "output": 1}),
+            ("researcher", "web", {"input": 11, "output": 1}),
+            ("writer", "cite", {"input": 11, "output": 1}),
+        ]
+        assert run.steps[0].agent is None  # the workflow is not an agent
+        runs = bj.traces.declare_decisions(runs, OPTIONS, accept=ACCEPT)
+        check_planner_blamed(runs, api, tmp_path, score_factual=True)
+    finally:
+        api.close()
