@@ -124,11 +124,21 @@ def test_expected_blame_equals_enumeration_of_the_expected_game(cases, kind):
         assert np.abs(want["shapley"]).max() > 1e-2  # a non-trivial game
 
 
-def test_expected_blame_through_blame_batch_equals_exact_blame(cases):
-    worlds = bj.expected_worlds(np.arange(2), OBSERVED)
-    one = bj.exact_blame(dag_pipeline, cases, worlds)
-    two = bj.exact_blame(dag_pipeline, cases, worlds, block_size=1)
-    np.testing.assert_array_equal(np.asarray(one.shapley), np.asarray(two.shapley))
+@pytest.mark.parametrize("noise", ["expected-fresh", "expected-inferred"])
+def test_blame_batch_takes_expected_noise(noise):
+    cases = dag_cases(seed=3, num_cases=24)
+    result = bj.blame_batch(dag_pipeline, cases, 0, noise=noise, threshold=0.5)
+    ids = np.asarray(result.failure_ids)
+    assert ids.size > 5
+    sub = jax.tree_util.tree_map(lambda x: x[ids], cases)
+    observed = None
+    if noise == "expected-inferred":  # the failures' runs as they happened: recorded noise
+        out = bj.replay(dag_pipeline, cases, bj.recorded_worlds(0, np.arange(24)))
+        observed = np.asarray(out["choice"][ids, 0])
+    want = bj.exact_blame(dag_pipeline, sub, bj.expected_worlds(ids, observed))
+    np.testing.assert_allclose(result.shapley, np.asarray(want.shapley), atol=TOL, rtol=0)
+    with pytest.raises(ValueError, match="estimator='mc'"):
+        bj.blame_batch(dag_pipeline, cases, 0, noise=noise, estimator="mc")
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

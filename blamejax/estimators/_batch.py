@@ -28,7 +28,13 @@ from .._game import Game, make_game
 from ..noise import BATCH_MC_TAG, INFERRED_TAG
 from ..pipeline import Hard, World, check_finite_logits
 from ..stats import INTERVAL_RULES, checkpoint_interval, checkpoints, top_separated_at
-from ..worlds import fresh_worlds, inferred_worlds, recorded_worlds
+from ..worlds import (
+    ExpectedWorlds,
+    expected_worlds,
+    fresh_worlds,
+    inferred_worlds,
+    recorded_worlds,
+)
 from ._batch_programs import (
     coalition_function,
     front_function,
@@ -63,6 +69,15 @@ NOISE_MODES = {
     "fresh noise (not about this particular run)",
 }
 """The batch noise modes, each with the question its blame answers."""
+
+EXPECTED_NOISE_MODES = {
+    "expected-inferred": "counterfactual, posterior luck integrated exactly: 'inferred' in the "
+    "limit of infinitely many worlds (expected_worlds; tabulated pipelines)",
+    "expected-fresh": "interventional, new luck integrated exactly: 'fresh' in the limit of "
+    "infinitely many worlds (expected_worlds; tabulated pipelines)",
+}
+"""The noise modes `blame_batch` integrates exactly (the structured exact path)."""
+QUESTIONS = {**NOISE_MODES, **EXPECTED_NOISE_MODES}
 
 
 EXACT_AUTO_LIMIT = 14
@@ -164,7 +179,10 @@ def blame_batch(
     - `cases`: the test set, a pytree with a leading case axis.
     - `key`: root key or int seed. Case i's recorded noise is world 0 of `fold_in(key, i)`;
       the same key also seeds the visiting order, fresh worlds and abduction.
-    - `noise`: `"recorded"`, `"inferred"` or `"fresh"` (see `NOISE_MODES`).
+    - `noise`: `"recorded"`, `"inferred"` or `"fresh"` (see `NOISE_MODES`); or
+      `"expected-inferred"` / `"expected-fresh"`, their limits over infinitely many worlds,
+      integrated exactly (`expected_worlds`: the exact estimator's structured path; under
+      them `resolve` says whether the expected fix-alone score reaches `threshold`).
     - `num_worlds`: W for inferred and fresh noise (recorded noise has one world).
     - `observed`: for `"inferred"`, `Int[Array, "cases sites"]` observed choices from a log;
       default: the choices of the recorded run (as if the log kept choices but not noise).
@@ -233,8 +251,11 @@ def blame_batch(
     `checkpoint` written by a call with other arguments (each one named), a truncated or
     corrupt file, or a newer format; `KeyboardInterrupt` after Ctrl-C, at the end of a block.
     """
-    if noise not in NOISE_MODES:
-        raise ValueError(f"`noise` must be one of {sorted(NOISE_MODES)}, got {noise!r}")
+    if noise not in QUESTIONS:
+        raise ValueError(
+            f"`noise` must be one of {sorted(NOISE_MODES)}, got {noise!r} (or, integrated "
+            f"exactly, one of {sorted(EXPECTED_NOISE_MODES)})"
+        )
     if interval not in INTERVAL_RULES:
         raise ValueError(f"`interval` must be one of {INTERVAL_RULES}, got {interval!r}")
     if estimator not in ("auto", "exact", "mc"):
@@ -296,18 +317,30 @@ def blame_batch(
                 f"`observed` must be an int array of shape [cases, sites] = {list(expected)}, got "
                 f"dtype {np.asarray(observed).dtype}"
             )
-        if noise != "inferred":
+        if noise not in ("inferred", "expected-inferred"):  # the message's first form is tested
             raise ValueError(f"`observed` is used only with noise='inferred', got noise={noise!r}")
         if np.shape(observed) != expected:
             raise ValueError(
                 f"`observed` must hold every case's observed option per draw site, shape "
                 f"[cases, sites] = {list(expected)}, got shape {list(np.shape(observed))}"
             )
+    if noise.startswith("expected"):  # integrated noise: the structured exact path only
+        if estimator == "mc":
+            raise ValueError(
+                f"noise={noise!r} is integrated exactly by the exact estimator's structured "
+                "path; got estimator='mc'"
+            )
+        estimator = "exact"
     if estimator == "auto":
         exact = game.num_players <= EXACT_AUTO_LIMIT or structured_plan(game, cases)[2] is None
         estimator = "exact" if exact else "mc"
     if not isinstance(keep_coalitions, bool):
         raise TypeError(f"`keep_coalitions` must be a bool, got {keep_coalitions!r}")
+    if keep_coalitions and noise.startswith("expected"):
+        raise ValueError(
+            f"`keep_coalitions=True` keeps sampled worlds' coalition scores; noise={noise!r} "
+            "integrates the worlds and scores no coalition"
+        )
     if keep_coalitions and estimator != "exact":
         raise ValueError(
             f"`keep_coalitions=True` needs the exact estimator (every coalition's score), got estimator={estimator!r}"
@@ -430,6 +463,12 @@ def _batch_init(settings: BatchSettings, front: BatchFront, cases) -> BatchState
     )
     if settings.noise == "recorded":  # the failures' own worlds
         worlds = own_worlds
+    elif settings.noise.startswith("expected"):  # every world, integrated
+        observed = None
+        if settings.noise == "expected-inferred":
+            source = front.choices if settings.observed is None else settings.observed
+            observed = np.asarray(source)[failed]
+        worlds = expected_worlds(failed, observed)
     else:
         worlds = _worlds(settings, failed_cases, failed, front.choices)
     size = int(failed.size)
@@ -473,7 +512,7 @@ def _batch_step(settings: BatchSettings, state: BatchState) -> BatchState:
     reaches. Intervals are formed and stopping decided only at those checkpoints; values are
     computed in blocks of `state.block_size` failures (one compiled shape: a short last
     block is padded with copies of its first failure, whose values are dropped)."""
-    size = state.worlds.key.shape[0]
+    size = _num_rows(state.worlds)
     block_size = state.block_size or size
     rows = np.arange(state.start, min(state.start + block_size, size))
     if rows.size == size:
@@ -569,7 +608,7 @@ def _batch_finish(
         site_steps=tuple(s.step for s in game.structure.sites),
         option_names=_option_names(option_names, game.structure),
         noise=settings.noise,
-        question=NOISE_MODES[settings.noise],
+        question=QUESTIONS[settings.noise],
         estimator=estimator
         if estimator == "exact"
         else f"mc ({settings.num_permutations} permutations per world)",
@@ -620,6 +659,13 @@ def _worlds(settings: BatchSettings, sub_cases, ids, choices) -> World:
     return inferred_worlds(pipeline, sub_cases, obs, _inferred_key(key), num_worlds, case_ids=ids)
 
 
+def _num_rows(worlds) -> int:
+    """The failures `worlds` covers (a `World`'s keys `[F, W]`, an `ExpectedWorlds`' ids)."""
+    if isinstance(worlds, ExpectedWorlds):
+        return int(worlds.case_id.shape[0])
+    return int(worlds.key.shape[0])
+
+
 def _inferred_key(key):
     """The root key of the inferred worlds (the front's and the analysis's are the same)."""
     return jr.fold_in(key, INFERRED_TAG)
@@ -629,7 +675,9 @@ def _analyse(settings: BatchSettings, cases, worlds, start: int, case_ids) -> di
     """Per-failure values of one block: host arrays (float64), and the evaluations spent."""
     game = settings.game
     n = game.num_players
-    num_f, num_w = worlds.key.shape
+    num_f, num_w = (
+        (_num_rows(worlds), 1) if isinstance(worlds, ExpectedWorlds) else worlds.key.shape
+    )
     if settings.estimator == "exact":
         result, resolve = exact_run(
             game,
@@ -745,7 +793,7 @@ def _empty_result(settings: BatchSettings, front: BatchFront, option_names) -> B
         site_steps=tuple(s.step for s in structure.sites),
         option_names=_option_names(option_names, structure),
         noise=settings.noise,
-        question=NOISE_MODES[settings.noise],
+        question=QUESTIONS[settings.noise],
         estimator=settings.estimator,
         interval=settings.interval,
         delta=settings.delta,
