@@ -14,6 +14,7 @@ and `MessageToJson`), imported, and blamed:
   the same loopback server.
 """
 
+import pathlib
 import re
 import warnings
 
@@ -210,7 +211,9 @@ def llm_steps(run):
     return [
         s
         for s, kind in kinds
-        if kind == "LLM" or (s.extra.get("attributes") or {}).get("gen_ai.operation.name") == "chat"
+        if kind == "LLM"
+        or (s.extra.get("attributes") or {}).get("gen_ai.operation.name") == "chat"
+        or (s.extra.get("attributes") or {}).get("llm.request.type") == "chat"
     ]
 
 
@@ -424,6 +427,37 @@ def test_traceloop_agent_spans_to_blame(tmp_path, tracer_to, monkeypatch):
             ("writer", "cite", {"input": 11, "output": 1}),
         ]
         assert run.steps[0].agent is None  # the workflow is not an agent
+        runs = bj.traces.declare_decisions(runs, OPTIONS, accept=ACCEPT)
+        check_planner_blamed(runs, api, tmp_path, score_factual=True)
+    finally:
+        api.close()
+
+
+def test_traceloop_0_47_older_genai_names(tmp_path):
+    """Traceloop's OpenAI instrumentation 0.47.5 writes the GenAI conventions' older names:
+    `gen_ai.prompt.<i>.content`, `gen_ai.completion.<i>.content`, `gen_ai.usage.prompt_tokens`
+    and `completion_tokens`. It needs OpenTelemetry 1.38 or older, which cannot share this
+    environment, so the file was written by the real package with
+    tests/data/traces/traceloop/make_traceloop_0_47.py (the versions are in its docstring)."""
+    path = (
+        pathlib.Path(__file__).parent / "data" / "traces" / "traceloop" / "traceloop-0.47.5.jsonl"
+    )
+    runs = bj.traces.from_otel(path)
+    [run] = runs
+    assert run.passed is False and run.extra["outcome_from"] == "outcome attributes"
+    assert run.agents == ("planner", "researcher", "writer")
+    calls = llm_steps(run)
+    assert [(s.agent, s.output, s.tokens) for s in calls] == [
+        ("planner", "answer", {"input": 11, "output": 1}),
+        ("researcher", "web", {"input": 11, "output": 1}),
+        ("writer", "cite", {"input": 11, "output": 1}),
+    ]
+    assert bj.traces.prompt_of(calls[0]) == [
+        {"role": "system", "content": system("planner")},
+        {"role": "user", "content": QUESTION},
+    ]
+    api = FakeAPI(model_of())
+    try:
         runs = bj.traces.declare_decisions(runs, OPTIONS, accept=ACCEPT)
         check_planner_blamed(runs, api, tmp_path, score_factual=True)
     finally:
