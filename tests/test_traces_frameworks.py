@@ -14,6 +14,7 @@ and `MessageToJson`), imported, and blamed:
   the same loopback server.
 """
 
+import asyncio
 import pathlib
 import re
 import warnings
@@ -338,7 +339,8 @@ def run_pydantic_ai(api, path):
             for agent, _, _ in AGENTS:
                 runner = Agent(model, name=agent, system_prompt=system(agent))
                 runner.instrument = settings
-                runner.run_sync(QUESTION, model_settings={"max_tokens": 1})
+                # asyncio.run closes its event loop (run_sync would leave one open)
+                asyncio.run(runner.run(QUESTION, model_settings={"max_tokens": 1}))
     finally:
         provider.shutdown()
     return format(root.get_span_context().trace_id, "032x")
