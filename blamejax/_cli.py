@@ -1,4 +1,5 @@
-"""The command line: `python -m blamejax demo NAME` and `python -m blamejax whowhen PATH`."""
+"""The command line: `python -m blamejax demo NAME`, `python -m blamejax whowhen PATH` and
+`python -m blamejax blame TRACES --decisions FILE --scorer MODEL`."""
 
 from __future__ import annotations
 
@@ -224,7 +225,107 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         help="seed of the inferred noise when blamejax blames runs that carry logits (default 0)",
     )
+    blame = sub.add_parser(
+        "blame",
+        help="blame the decisions of traced runs: import spans, score the decisions, write a report",
+        description=(
+            "Import a tracer's span file or folder (OpenTelemetry GenAI or OpenInference, OTLP "
+            "JSON or the console exporter's output) or a blamejax trace file, declare the "
+            "decisions, score them with an OpenAI-compatible model, blame exactly and print "
+            "who and when, writing an HTML report."
+        ),
+    )
+    blame.add_argument("traces", help="a span file or folder, or a blamejax .jsonl trace file")
+    blame.add_argument(
+        "--decisions",
+        required=True,
+        metavar="FILE",
+        help='JSON {agent: {"options": [...], "accept": [...], "fix": {"system": "..."}}} '
+        '("fix": {"append": "..."} adds to the recorded system message)',
+    )
+    blame.add_argument(
+        "--outcomes",
+        default=None,
+        metavar="FILE",
+        help="JSON {trace id: true/false or a score}; default: the root spans say it "
+        "(outcome.passed, status ERROR)",
+    )
+    blame.add_argument(
+        "--scorer",
+        required=True,
+        metavar="MODEL",
+        help="the model that scores the decisions, behind an OpenAI-compatible server",
+    )
+    blame.add_argument("--base-url", default=None, help="the scorer's server (default: OpenAI's)")
+    blame.add_argument(
+        "--api-key", default=None, help="the server's key (default: $OPENAI_API_KEY, else 'none')"
+    )
+    blame.add_argument("--mode", default="logprobs", choices=["logprobs", "json"])
+    blame.add_argument(
+        "--cache", default="blamejax-scores.sqlite", help="the scorer's cache file (SQLite)"
+    )
+    blame.add_argument("--by", default="agent", choices=["agent", "span"])
+    blame.add_argument(
+        "--factual",
+        default="scorer",
+        choices=["scorer", "logprobs"],
+        help="the factual logits: scored from the recorded prompt (default), or read from "
+        "the log-probabilities the calls kept (OpenInference)",
+    )
+    blame.add_argument("--convention", default="auto", choices=["auto", "otel", "openinference"])
+    blame.add_argument("--worlds", type=int, default=8, help="inferred worlds per run (default 8)")
+    blame.add_argument("--seed", type=_seed, default=0, help="seed of the inferred noise")
+    blame.add_argument(
+        "--out", default="blamejax-blame.html", help="the HTML report (default blamejax-blame.html)"
+    )
+    blame.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     return parser
+
+
+def _blame(parser, args) -> int:
+    import os
+
+    from . import _trace_command as command
+    from .scorers import Cache, OpenAIScorer
+
+    if args.worlds < 1:
+        parser.error(f"--worlds must be at least 1, got {args.worlds}")
+    try:
+        decisions = command.check_decisions(
+            command.read_json_file(args.decisions, "--decisions"), args.decisions
+        )
+        outcomes = None
+        if args.outcomes is not None:
+            outcomes = command.read_json_file(args.outcomes, "--outcomes")
+            if not isinstance(outcomes, dict):
+                raise command.CommandError(
+                    f"--outcomes {args.outcomes}: expected a JSON object {{trace id: true/false "
+                    "or a score}}"
+                )
+        scorer = OpenAIScorer(
+            args.scorer,
+            base_url=args.base_url,
+            api_key=args.api_key or os.environ.get("OPENAI_API_KEY") or "none",
+            mode=args.mode,
+            cache=Cache(args.cache),
+        )
+        rows, _ = command.blame_traces(
+            args.traces,
+            decisions=decisions,
+            scorer=scorer,
+            outcomes=outcomes,
+            by=args.by,
+            factual=args.factual,
+            convention=args.convention,
+            num_worlds=args.worlds,
+            seed=args.seed,
+            progress=not args.no_progress,
+        )
+    except (OSError, ValueError, TypeError) as error:
+        parser.error(str(error))
+    print(command.table(rows))
+    print(f"\nreport: {command.write_page(rows, args.traces, args.out)}")
+    return 0
 
 
 def main(argv=None) -> int:
@@ -277,8 +378,19 @@ def main(argv=None) -> int:
             except (OSError, TypeError) as error:
                 parser.error(f"--compile-cache: cannot use the folder: {error}")
         return DEMOS[args.name](args)
+    if args.command == "blame":
+        return _blame(parser, args)
     if args.command == "whowhen":
         from .traces import whowhen_report
+        from .traces._sniff import holds_spans
+
+        if holds_spans(args.path):
+            parser.error(
+                f"{args.path} holds OpenTelemetry or OpenInference spans, not labelled runs "
+                "(Who&When logs or a blamejax trace): blame them with `python -m blamejax blame "
+                f"{args.path} --decisions DECISIONS.json --scorer MODEL`, or import them with "
+                "bj.traces.from_otel / bj.traces.from_openinference"
+            )
 
         try:
             print(

@@ -195,3 +195,19 @@ def read_sources(path, problems: list):
                     broken[tid] = broken.get(tid, 0) + count
                 skipped += lost
     return spans, logs, broken, skipped
+
+
+def holds_spans(path) -> bool:
+    """Whether `path` (a file, or the `SUFFIXES` files of a folder) holds a span or log format
+    that the span importers read (its first JSON value is one)."""
+    path = Path(path)
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.suffix in SUFFIXES and p.is_file())
+    else:
+        files = [path] if path.is_file() else []
+    for file in files[:20]:
+        for _, doc in documents(file, []):
+            if doc is not UNREADABLE and kind(doc) in FORMATS:
+                return True
+            break
+    return False
