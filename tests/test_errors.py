@@ -215,6 +215,23 @@ PLAN = T.Step(
 RUN = T.Run("r0", (PLAN,), passed=False)
 
 
+def call_run(output="answer", prompt=True):
+    """A traced run of one model call of the Planner (a GenAI chat span), no decision."""
+    attributes = {"gen_ai.operation.name": "chat"}
+    if prompt:
+        attributes["gen_ai.input.messages"] = json.dumps(
+            [{"role": "user", "parts": [{"type": "text", "content": "Plan."}]}]
+        )
+    call = T.Step("chat", agent="Planner", output=output, extra={"attributes": attributes})
+    return T.Run("t1", (call,), passed=False)
+
+
+CALL_RUN = call_run()
+SPANS_EXPORT = json.dumps(
+    {"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "t", "spanId": "s", "name": "x"}]}]}]}
+)
+
+
 def step(**changes):
     return T.Step(
         **dict(
@@ -3839,6 +3856,196 @@ ROWS: list[Row] = [
             lambda: exact_result().to_json(folder()),
             IsADirectoryError,
             ("cannot write 'folder': it is a folder; give a file path",),
+        ),
+    ),
+    *rows(
+        "Decisions declared on traced runs, and the blame command",
+        (
+            "declare-decisions-unmatched",
+            'traces.declare_decisions([call_run], {"Plannr": ("search", "answer")})',
+            lambda: T.declare_decisions([CALL_RUN], {"Plannr": ("search", "answer")}),
+            ValueError,
+            (
+                "options are declared for agents ['Plannr'] that match no step of runs 't1'; "
+                "the agents with model calls in these runs are ['Planner']",
+            ),
+        ),
+        (
+            "declare-decisions-by-span-unmatched",
+            'traces.declare_decisions([call_run], {"chat gpt": (...)}, by="span")',
+            lambda: T.declare_decisions([CALL_RUN], {"chat gpt": ("search", "answer")}, by="span"),
+            ValueError,
+            (
+                "options are declared for spans ['chat gpt'] that match no step of runs 't1'; "
+                "the span names in these runs are ['chat']",
+            ),
+        ),
+        (
+            "declare-decisions-function-nothing",
+            "traces.declare_decisions([call_run], lambda run, step: None)",
+            lambda: T.declare_decisions([CALL_RUN], lambda run, step: None),
+            ValueError,
+            ("the function declaring the options declared none for any step of runs 't1'",),
+        ),
+        (
+            "declare-decisions-by",
+            'traces.declare_decisions([call_run], {...}, by="name")',
+            lambda: T.declare_decisions([CALL_RUN], {"Planner": ("a", "b")}, by="name"),
+            ValueError,
+            ("`by` must be one of ('agent', 'span'), got 'name'",),
+        ),
+        (
+            "declare-decisions-no-reply",
+            "traces.declare_decisions: the declared call kept no reply text",
+            lambda: T.declare_decisions([call_run(output=None)], {"Planner": ("search", "answer")}),
+            ValueError,
+            (
+                "run 't1', step 'chat': declared a decision, but it kept no reply text to read "
+                "the choice from; record the content",
+                "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=SPAN_ONLY",
+            ),
+        ),
+        (
+            "declare-decisions-reply-names-no-option",
+            'traces.declare_decisions: the reply is "maybe"',
+            lambda: T.declare_decisions(
+                [call_run(output="maybe")], {"Planner": ("search", "answer")}
+            ),
+            ValueError,
+            ("run 't1', step 'chat': its reply \"maybe\" names no single option of",),
+        ),
+        (
+            "declare-decisions-accept-not-option",
+            'traces.declare_decisions(..., accept={"Planner": ("web",)})',
+            lambda: T.declare_decisions(
+                [CALL_RUN], {"Planner": ("search", "answer")}, accept={"Planner": ("web",)}
+            ),
+            ValueError,
+            ("run 't1', step 'chat': `accept` names [\"web\"], which are not among its options",),
+        ),
+        (
+            "score-decisions-no-prompt",
+            "traces.score_decisions: the declared call kept no prompt",
+            lambda: T.score_decisions(
+                T.declare_decisions([call_run(prompt=False)], {"Planner": ("search", "answer")}),
+                S.FunctionScorer(prefer_first),
+            ),
+            ValueError,
+            (
+                "run 't1', step 'chat': it kept no prompt for the scorer to read",
+                "or pass request=(run, step, variant, parent) -> Request",
+            ),
+        ),
+        (
+            "score-decisions-nothing",
+            "traces.score_decisions([call_run], scorer): no decision declared",
+            lambda: T.score_decisions([CALL_RUN], S.FunctionScorer(prefer_first)),
+            ValueError,
+            (
+                "no declared decision step is without logits: nothing to score (declare them "
+                "first with bj.traces.declare_decisions)",
+            ),
+        ),
+        (
+            "score-decisions-choice-impossible",
+            "traces.score_decisions: the scorer gives the observed choice -inf",
+            lambda: T.score_decisions(
+                T.declare_decisions([CALL_RUN], {"Planner": ("search", "answer")}),
+                S.FunctionScorer(lambda r: np.array([0.0, NEG])),
+            ),
+            ValueError,
+            ("run 't1', step 'chat': the scorer gives the observed choice 'answer' logit -inf",),
+        ),
+        (
+            "score-decisions-not-a-scorer",
+            "traces.score_decisions(runs, lambda r: ...)",
+            lambda: T.score_decisions([CALL_RUN], prefer_first),
+            TypeError,
+            ("`scorer` must be a bj.scorers.Scorer",),
+        ),
+        (
+            "decisions-from-logprobs-unmatched",
+            'traces.decisions_from_logprobs([call_run], {"Writer": ("cite", "guess")})',
+            lambda: T.decisions_from_logprobs([CALL_RUN], {"Writer": ("cite", "guess")}),
+            ValueError,
+            (
+                "options are declared for agents ['Writer'], which match no step of runs 't1'; "
+                "the agents with model calls in these runs are ['Planner']",
+            ),
+        ),
+        (
+            "decisions-from-logprobs-no-response",
+            'traces.decisions_from_logprobs([call_run], {"Planner": ...}): no response kept',
+            lambda: T.decisions_from_logprobs([CALL_RUN], {"Planner": ("search", "answer")}),
+            ValueError,
+            (
+                "the calls of agents ['Planner'] in runs 't1' kept no chat completion with "
+                "log-probabilities: no step became a decision",
+                "declare the decisions with bj.traces.declare_decisions",
+            ),
+        ),
+        (
+            "prompt-of-not-a-step",
+            "traces.prompt_of(run)",
+            lambda: T.prompt_of(CALL_RUN),
+            TypeError,
+            ("`step` must be a bj.traces.Step, got Run",),
+        ),
+        (
+            "cli-blame-decisions-not-json",
+            "python -m blamejax blame spans.jsonl --decisions d.json (not JSON) --scorer m",
+            lambda: _cli.main(
+                ["blame", "spans.jsonl", "--decisions", at("d.json", "{oops"), "--scorer", "m"]
+            ),
+            SystemExit,
+            ("--decisions d.json: not valid JSON:",),
+        ),
+        (
+            "cli-blame-fix-shape",
+            'python -m blamejax blame ... --decisions {"planner": {"options": [...], "fix": "x"}}',
+            lambda: _cli.main(
+                [
+                    "blame",
+                    "spans.jsonl",
+                    "--decisions",
+                    at("d.json", '{"planner": {"options": ["a", "b"], "fix": "x"}}'),
+                    "--scorer",
+                    "m",
+                ]
+            ),
+            SystemExit,
+            (
+                '--decisions d.json: \'planner\': "fix" must be {"system": "the corrected '
+                'system message"} or {"append": "text added to the system message"}',
+            ),
+        ),
+        (
+            "cli-blame-missing-traces",
+            "python -m blamejax blame missing.jsonl --decisions d.json --scorer m",
+            lambda: _cli.main(
+                [
+                    "blame",
+                    "missing.jsonl",
+                    "--decisions",
+                    at("d.json", '{"planner": {"options": ["a", "b"]}}'),
+                    "--scorer",
+                    "m",
+                    "--cache",
+                    "s.sqlite",
+                ]
+            ),
+            SystemExit,
+            ("TRACES missing.jsonl: no such file or folder",),
+        ),
+        (
+            "cli-whowhen-span-file",
+            "python -m blamejax whowhen spans.json (OTLP spans)",
+            lambda: _cli.main(["whowhen", at("spans.json", SPANS_EXPORT)]),
+            SystemExit,
+            (
+                "spans.json holds OpenTelemetry or OpenInference spans, not labelled runs",
+                "python -m blamejax blame spans.json --decisions DECISIONS.json --scorer MODEL",
+            ),
         ),
     ),
 ]
