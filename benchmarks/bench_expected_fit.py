@@ -32,9 +32,11 @@ cases = bj.demos.rag_cases(400, seed=0)
 ids = np.arange(400)
 out = bj.replay(PIPELINE, cases, bj.recorded_worlds(0, ids))
 failed = np.flatnonzero(np.asarray(out["score"][:, 0]) < 1)
-choices = np.stack([np.asarray(c[:, 0]) for c in out["choice"]], 1) if isinstance(
-    out["choice"], (list, tuple)
-) else np.asarray(out["choice"][:, 0])
+choices = (
+    np.stack([np.asarray(c[:, 0]) for c in out["choice"]], 1)
+    if isinstance(out["choice"], (list, tuple))
+    else np.asarray(out["choice"][:, 0])
+)
 failures = jax.tree_util.tree_map(lambda x: x[failed], cases)
 observed = choices[failed]
 train, held = np.arange(failed.size)[::2], np.arange(failed.size)[1::2]
@@ -79,7 +81,9 @@ for step in STEPS:
         )
         rows[how] = (fit.params, time.perf_counter() - start)
     print(f"\n## {step}\n")
-    print("| shift | held-out hard repair (recorded noise) | held-out expected counterfactual repair | fit time (s) |")
+    print(
+        "| shift | held-out hard repair (recorded noise) | held-out expected counterfactual repair | fit time (s) |"
+    )
     print("|---|---:|---:|---:|")
     for name, shift, seconds in [("hand-written", hand, 0.0)] + [
         (f"fitted ({how})", p, t) for how, (p, t) in rows.items()

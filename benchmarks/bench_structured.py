@@ -16,6 +16,10 @@ and prints the ratio or the fit):
   nanoseconds per coalition, the ratio, and that the values are equal.
 - `--mc`: at n = 64, how long `mc_shapley` needs to bring its largest error below 1e-3 against
   the structured exact values, and the structured call's time.
+- `--dag`: the skip-chain DAG (every 5th step reads two parents, K = 4) at n = 200 (and
+  n = 1,000 with `BENCH_DAG_LONG=1`): first call (compile) and steady call.
+- `--expected`: `expected_worlds` (fresh and inferred) on a chain of 32 steps, 64 failures:
+  first and steady call, and the gap to the mean over 512 fresh worlds.
 
 ```bash
 python benchmarks/bench_structured.py            # every section (about ten minutes)
@@ -244,12 +248,73 @@ def section_mc():
     return True
 
 
+def skip_chain(ctx, case):
+    """Every 5th step reads two parents: the step before it and the one five before."""
+    t = case["tables"]
+    options = [ctx.choose("s0", t[0])]
+    for i in range(1, len(t)):
+        given = (options[i - 1], options[i - 5]) if i % 5 == 0 and i >= 5 else options[i - 1]
+        options.append(ctx.choose(f"s{i}", t[i], given=given))
+    return options[-1].take(case["score"])
+
+
+def skip_chain_cases(seed, n, num_cases, k=4):
+    rng = np.random.default_rng(seed)
+    tables = []
+    for i in range(n):
+        parents = 0 if i == 0 else (2 if i % 5 == 0 and i >= 5 else 1)
+        shape = (num_cases, 2) + (k,) * parents + (k,)
+        tables.append(jnp.asarray(rng.standard_normal(shape), jnp.float32))
+    score = jnp.asarray(rng.uniform(size=(num_cases, k)), jnp.float32)
+    return dict(tables=tables, score=score)
+
+
+def section_dag():
+    """The skip-chain DAG's first call (compile) and steady call at n = 200 (and n = 1,000
+    with BENCH_DAG_LONG=1): today's contraction, draw by draw."""
+    sizes = [200] + ([1000] if os.environ.get("BENCH_DAG_LONG") else [])
+    for n in sizes:
+        say(f"## skip-chain DAG: n = {n}, K = 4, 8 failures x 2 fresh worlds")
+        cases = skip_chain_cases(0, n, 8)
+        worlds = bj.fresh_worlds(1, range(8), 2)
+        result, first, steady = call(lambda: bj.exact_blame(skip_chain, cases, worlds), 1)
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+        eff = float(np.abs(np.asarray(result.shapley).sum(1) - np.asarray(result.total)).max())
+        say(
+            f"- method {result.method}; first call {first:.1f} s (target {10 if n == 200 else 60} s), "
+            f"steady {steady:.2f} s, peak RSS so far {rss:.2f} GiB; efficiency error {eff:.1e}"
+        )
+    return True
+
+
+def section_expected():
+    """Blame in expectation over the noise (`expected_worlds`, both kinds) on a chain: first
+    and steady call, and agreement with the mean over many fresh worlds."""
+    n, k, num_f = 32, 4, 64
+    say(f"## expected noise: chain n = {n}, K = {k}, {num_f} failures")
+    cases = numpy_chain_cases(0, n, num_f, k)
+    out = bj.replay(chain, cases, bj.recorded_worlds(0, np.arange(num_f)))
+    observed = np.asarray(out["choice"][:, 0])
+    ok = True
+    for kind, obs in (("fresh", None), ("inferred", observed)):
+        worlds = bj.expected_worlds(np.arange(num_f), obs)
+        result, first, steady = call(lambda: bj.exact_blame(chain, cases, worlds))
+        say(f"- {kind}: first call {first:.2f} s, steady {steady:.3f} s")
+    sampled = bj.exact_blame(chain, cases, bj.fresh_worlds(3, range(num_f), 512))
+    exact = bj.exact_blame(chain, cases, bj.expected_worlds(np.arange(num_f)))
+    gap = float(np.abs(np.asarray(sampled.shapley) - np.asarray(exact.shapley)).mean())
+    say(f"- mean |fresh (512 worlds) - expected| per value: {gap:.1e}")
+    return ok
+
+
 SECTIONS = dict(
     chain=section_chain,
     scaling=section_scaling,
     enumeration=section_enumeration,
     take=section_take,
     mc=section_mc,
+    dag=section_dag,
+    expected=section_expected,
 )
 
 

@@ -226,7 +226,9 @@ def gumbel_at(
     Option ``j`` is ``jax.random.gumbel(fold_in(site, j))`` with ``site`` the key
     ``fold_in(fold_in(fold_in(key, GUMBEL), stable_hash(step)), slot)``: it depends only on
     ``(key, step, slot, j)``, not on ``num_options``, so padding a step with extra
-    options leaves the others unchanged.
+    options leaves the others unchanged. It does depend on the precision mode: in the
+    default float dtype, float32 draws 32 random bits and float64 (`jax_enable_x64`) 64,
+    so the two modes give unrelated noise for the same address.
 
     **Arguments:**
     - `key`: the world's key (see `world_key`).
