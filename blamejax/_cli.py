@@ -382,15 +382,6 @@ def main(argv=None) -> int:
         return _blame(parser, args)
     if args.command == "whowhen":
         from .traces import whowhen_report
-        from .traces._sniff import holds_spans
-
-        if holds_spans(args.path):
-            parser.error(
-                f"{args.path} holds OpenTelemetry or OpenInference spans, not labelled runs "
-                "(Who&When logs or a blamejax trace): blame them with `python -m blamejax blame "
-                f"{args.path} --decisions DECISIONS.json --scorer MODEL`, or import them with "
-                "bj.traces.from_otel / bj.traces.from_openinference"
-            )
 
         try:
             print(
