@@ -15,6 +15,7 @@ and `MessageToJson`), imported, and blamed:
 """
 
 import asyncio
+import json
 import pathlib
 import re
 import warnings
@@ -464,3 +465,63 @@ def test_traceloop_0_47_older_genai_names(tmp_path):
         check_planner_blamed(runs, api, tmp_path, score_factual=True)
     finally:
         api.close()
+
+
+# MLflow 3.x: `Trace.to_json()`. The full `mlflow` package is needed to record (162 s and
+# 858 MB to install here), so its files were written by the real package with
+# tests/data/traces/mlflow/make_mlflow.py (the versions are in its docstring).
+MLFLOW = pathlib.Path(__file__).parent / "data" / "traces" / "mlflow"
+
+
+def test_mlflow_traces_to_blame(tmp_path):
+    """Two traces, one per line: the planner chose wrongly (its outcome given by MLflow's
+    "tr-" trace id), and the writer's call raised (status ERROR). AGENT spans name the agents;
+    the autologged calls keep their replies, tokens and prompts; the first run is blamed on
+    the planner, the second fails outside its declared decisions."""
+    lines = (MLFLOW / "mlflow-3.17.2.jsonl").read_text(encoding="utf-8").splitlines()
+    wrong, raised = (json.loads(line)["info"]["trace_id"] for line in lines)
+    runs = bj.traces.from_mlflow(MLFLOW / "mlflow-3.17.2.jsonl", outcomes={wrong: False})
+    assert [r.run for r in runs] == [wrong.removeprefix("tr-"), raised.removeprefix("tr-")]
+    assert [(r.passed, r.extra["outcome_from"]) for r in runs] == [
+        (False, "outcomes"),
+        (False, "status ERROR"),
+    ]
+    first, second = runs
+    assert first.agents == ("planner", "researcher", "writer")
+    assert [
+        (s.agent, s.output, s.tokens) for s in first.steps if s.name.startswith("Completions")
+    ] == [
+        ("planner", "answer", {"input": 11, "output": 1}),
+        ("researcher", "web", {"input": 11, "output": 1}),
+        ("writer", "cite", {"input": 11, "output": 1}),
+    ]
+    [one] = bj.traces.from_mlflow(MLFLOW / "mlflow-3.17.2-one.json", outcomes={wrong: False})
+    assert one == first  # one trace in a file reads as the same run
+    api = FakeAPI(model_of(prefer={"planner": {"search": -0.1, "answer": -2.5}}))
+    try:
+        declared = bj.traces.declare_decisions([first], OPTIONS, accept=ACCEPT)
+        assert bj.traces.prompt_of(declared[0].decisions[0])[0]["content"] == system("planner")
+        check_planner_blamed(declared, api, tmp_path, score_factual=True)
+        with pytest.raises(
+            ValueError, match="step 'Completions #3': declared a decision, but it kept no reply"
+        ):
+            bj.traces.declare_decisions([second], OPTIONS)
+        declared = bj.traces.declare_decisions(
+            [second], {k: OPTIONS[k] for k in ("planner", "researcher")}, accept=ACCEPT
+        )
+        scorer = openai_scorer(api, cache=Cache(str(tmp_path / "outside.sqlite")))
+        scored = score_fixes(bj.traces.score_decisions(declared, scorer), scorer, corrected)
+        with pytest.warns(bj.traces.FailureOutsideDecisionsWarning):
+            out = bj.traces.blame_runs(scored, num_worlds=8)
+        assert out.outside == (second.run,)
+    finally:
+        api.close()
+
+
+def test_mlflow_trace_without_a_span_list(tmp_path):
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"info": {"trace_id": "tr-1"}, "data": {"spans": {}}}))
+    with pytest.raises(
+        bj.traces.TraceError, match=r"trace.json: data.spans: expected a list of spans"
+    ):
+        bj.traces.from_mlflow(path)

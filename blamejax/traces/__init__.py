@@ -56,6 +56,7 @@ from ._readout import readout as readout
 from ._record import decision_attributes as decision_attributes
 from ._record import record_decision as record_decision
 from ._spans import NoAgentsWarning as NoAgentsWarning
+from ._spans import from_mlflow as from_mlflow
 from ._spans import from_openinference as from_openinference
 from ._spans import from_otel as from_otel
 from ._whowhen import from_whowhen as from_whowhen

@@ -34,6 +34,7 @@ def is_model_call(step: Step) -> bool:
         or "gen_ai.request.model" in a
         or "llm.request.type" in a
         or a.get("openinference.span.kind") == "LLM"
+        or a.get("mlflow.spanType") in ("CHAT_MODEL", "LLM")
     )
 
 
@@ -258,8 +259,9 @@ def _indexed_messages(a, pattern) -> list | None:
 def prompt_of(step: Step) -> list | None:
     """The prompt a traced model call recorded, as `[{"role", "content"}]`, or None: the
     GenAI `gen_ai.input.messages` (an attribute, or a joined log record's), the older
-    `gen_ai.prompt.<i>.role`/`.content`, or OpenInference's
-    `llm.input_messages.<i>.message.role`/`.content`.
+    `gen_ai.prompt.<i>.role`/`.content`, OpenInference's
+    `llm.input_messages.<i>.message.role`/`.content`, or the `messages` of MLflow's
+    `mlflow.spanInputs`.
 
     ```python
     import blamejax as bj
@@ -284,6 +286,9 @@ def prompt_of(step: Step) -> list | None:
         found = _indexed_messages(a, r"gen_ai\.prompt\.(\d+)\.(role|content)")
     if found is None:
         found = _indexed_messages(a, r"llm\.input_messages\.(\d+)\.message\.(role|content)")
+    inputs = a.get("mlflow.spanInputs")
+    if found is None and isinstance(inputs, dict):  # MLflow: the call's own arguments
+        found = _messages(inputs.get("messages"))
     return found
 
 

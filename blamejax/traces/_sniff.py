@@ -13,6 +13,7 @@ from pathlib import Path
 from ._check import shown
 from ._console import console_log, console_span
 from ._format import Problem, list_files, split_lines
+from ._mlflow import is_mlflow_trace, mlflow_spans
 from ._otlp import read_export
 
 #: The formats the span importers read, as their messages name them.
@@ -21,6 +22,7 @@ FORMATS = {
     "otlp-logs": 'OTLP JSON log records {"resourceLogs": [...]}',
     "console-span": "the spans the OpenTelemetry SDK's ConsoleSpanExporter prints",
     "console-log": "the log records the SDK's ConsoleLogRecordExporter prints",
+    "mlflow-trace": 'MLflow traces {"info": {...}, "data": {"spans": [...]}} (Trace.to_json())',
 }
 #: The folder files a span importer reads (a file named on its own is read whatever its name).
 SUFFIXES = (".json", ".jsonl", ".ndjson", ".log")
@@ -37,6 +39,8 @@ def kind(doc) -> str | None:
         return "otlp-spans"
     if "resourceLogs" in doc:
         return "otlp-logs"
+    if is_mlflow_trace(doc):
+        return "mlflow-trace"
     context = doc.get("context")
     if isinstance(context, dict) and "trace_id" in context and "span_id" in context:
         return "console-span"
@@ -160,7 +164,7 @@ def read_sources(path, problems: list):
                 problems.append(Problem(**where, field="", message=unknown(doc)))
                 skipped += 1
                 continue
-            if what in ("otlp-spans", "console-span"):
+            if what in ("otlp-spans", "console-span", "mlflow-trace"):
                 shown_at = f"{file}" if line is None else f"{file}:{line}"
                 if span_format is None:
                     span_format = (what, shown_at)
@@ -183,6 +187,11 @@ def read_sources(path, problems: list):
                         broken[tid] = broken.get(tid, 0) + 1
                     else:
                         skipped += 1
+            elif what == "mlflow-trace":
+                more, lost = mlflow_spans(doc, where, problems, spans)
+                for tid, count in more.items():
+                    broken[tid] = broken.get(tid, 0) + count
+                skipped += lost
             elif what == "console-log":
                 flat = console_log(doc, where, problems)
                 if flat is not None:

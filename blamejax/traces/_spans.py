@@ -17,6 +17,7 @@ from .._checks import user_stacklevel
 from ._attributes import openinference_fields, otel_fields
 from ._check import check_run
 from ._format import ERRORS, Problem, Run, Step, deliver, to_record
+from ._mlflow import mlflow_fields
 from ._otlp import Bad, hex_id, ordered
 from ._outcomes import check_outcomes, keys_of, outcome
 from ._sniff import read_sources
@@ -76,7 +77,7 @@ def _import(path, fields_of, outcomes, outcome_key, ok_means_passed, errors, con
     outcomes = check_outcomes(outcomes, outcome_key)
     if outcome_key == "trace_id":  # ids as the SDK prints them ("0x..."), or base64
         outcomes = {
-            hex_id(k.removeprefix("0x"), 16)[0] if isinstance(k, str) else k: v
+            hex_id(k.removeprefix("0x").removeprefix("tr-"), 16)[0] if isinstance(k, str) else k: v
             for k, v in outcomes.items()
         }
     problems: list[Problem] = []
@@ -231,6 +232,7 @@ def agentless_message(runs, convention) -> str:
         "otel": "an `invoke_agent <name>` span with `gen_ai.agent.name` (or Traceloop's "
         "@agent decorator)",
         "openinference": "an AGENT span with `agent.name` (or a LangGraph node)",
+        "mlflow": "a span of type AGENT (@mlflow.trace(span_type='AGENT'))",
     }[convention]
     return (
         f"{len(runs)} run(s) ({shown_runs}) have model calls but no agent: no span names one. "
@@ -331,3 +333,44 @@ def from_openinference(
     return _import(
         path, openinference_fields, outcomes, outcome_key, ok_means_passed, errors, "openinference"
     )
+
+
+def from_mlflow(
+    path,
+    *,
+    outcomes: Mapping | None = None,
+    outcome_key: str = "trace_id",
+    ok_means_passed: bool = False,
+    errors: str = "raise",
+):
+    """Runs from MLflow 3.x traces, as `mlflow.get_trace(trace_id).to_json()` writes them:
+    one trace per file, or one per line (a folder is read whole, as `from_otel` reads one).
+
+    One trace is one run, its id the trace id in hex (MLflow's "tr-<hex>" without "tr-";
+    `outcomes` takes either); one span one step. A span of `mlflow.spanType` AGENT names its
+    agent (its span name), and the agent rule of the other span importers applies; the text
+    of `mlflow.spanOutputs` (a chat completion's reply, or text) -> output;
+    `mlflow.chat.tokenUsage` -> tokens; the recorded messages of `mlflow.spanInputs` are the
+    prompt (`bj.traces.prompt_of`). The outcome: as in `from_otel` (a trace whose call raised
+    has its root span's status ERROR).
+
+    **Raises:** `TraceError` listing every problem by file, line and span.
+
+    ```python
+    import json
+    import blamejax as bj
+
+    span = {"trace_id": "4KBjKr54V+/XkUIrtocIuQ==", "span_id": "yyhmIsZQxuE=",
+            "parent_span_id": None, "name": "planner", "start_time_unix_nano": 1,
+            "end_time_unix_nano": 2, "status": {"code": "STATUS_CODE_ERROR"},
+            "attributes": {"mlflow.spanType": '"AGENT"', "mlflow.spanOutputs": '"answer"'}}
+    trace = {"info": {"trace_id": "tr-e0a0632abe7857efd791422bb68708b9", "state": "ERROR"},
+             "data": {"spans": [span]}}
+    with open("trace.json", "w") as f:
+        json.dump(trace, f)
+    [run] = bj.traces.from_mlflow("trace.json")
+    assert run.run == "e0a0632abe7857efd791422bb68708b9" and run.passed is False
+    assert (run.steps[0].agent, run.steps[0].output) == ("planner", "answer")
+    ```
+    """
+    return _import(path, mlflow_fields, outcomes, outcome_key, ok_means_passed, errors, "mlflow")
