@@ -268,3 +268,41 @@ def test_expected_worlds_refuse_enumeration_and_impossible_observations(cases):
         bj.exact_blame(dag_pipeline, dict(cases, tables=tables), worlds)
     with pytest.raises(ValueError, match="observed"):
         bj.expected_worlds(np.arange(2), OBSERVED[:1])
+
+
+def chain_pipeline(ctx, case):
+    choice = ctx.choose("s0", case["tables"][0])
+    for i in range(1, len(case["tables"])):
+        choice = ctx.choose(f"s{i}", case["tables"][i], given=choice)
+    return choice.take(case["score"])
+
+
+@pytest.mark.parametrize("kind", ["fresh", "inferred"])
+def test_a_chain_takes_the_scans_and_agrees_with_the_contraction(kind):
+    """A chain in expectation runs as two scans (`_expected_chain`); `interactions=True`
+    takes the general contraction. Both give the same values up to rounding."""
+    rng = np.random.default_rng(5)
+    n, num = 9, 3
+    cases = dict(
+        tables=[
+            jnp.asarray(rng.standard_normal((num, 2) + ((K,) if i else ()) + (K,)), jnp.float32)
+            for i in range(n)
+        ],
+        score=jnp.asarray(rng.uniform(size=(num, K)), jnp.float32),
+    )
+    observed = None
+    if kind == "inferred":
+        out = bj.replay(chain_pipeline, cases, bj.recorded_worlds(0, np.arange(num)))
+        observed = np.asarray(out["choice"][:, 0])
+    worlds = bj.expected_worlds(np.arange(num), observed)
+    scans = bj.exact_blame(chain_pipeline, cases, worlds)
+    general = bj.exact_blame(chain_pipeline, cases, worlds, interactions=True)
+    for name in ("shapley", "banzhaf", "leave_one_out", "fix_alone", "empty", "full"):
+        np.testing.assert_allclose(
+            np.asarray(getattr(scans, name)),
+            np.asarray(getattr(general, name)),
+            atol=TOL,
+            rtol=0,
+            err_msg=name,
+        )
+    assert np.abs(np.asarray(scans.shapley)).max() > 1e-2

@@ -37,6 +37,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..pipeline import Structure, hard_argmax
+from ._expected_chain import (
+    chain_gains_expected,
+    chain_reachable_expected,
+    chain_transitions,
+    chain_values_expected,
+)
 from ._graph import Graph
 
 BATCH = -1  # the einsum label of the quadrature-node axis (site labels are >= 0)
@@ -474,6 +480,51 @@ def _range(masks, tables):
     return low, high, bad
 
 
+def _expected_chain_blame(elim: Elimination, maps, tables, dtype) -> WorldBlame:
+    """`world_blame` of a chain with transition matrices (`_expected_chain`): two scans,
+    a program that does not grow with n."""
+    n = elim.num_players
+    nodes, weights = quadrature(n)
+    points = np.concatenate([[0.5, 1.0], nodes])
+    t = jnp.broadcast_to(jnp.asarray(points, dtype)[:, None], (points.size, n))
+    fact, fix = chain_transitions(elim, maps)
+    fact, fix = fact.astype(dtype), fix.astype(dtype)
+    reach, invalid = chain_reachable_expected(elim, fact, fix, dtype)
+    masks = tuple(
+        reach[s[0], : t_.shape[0]] if s else jnp.ones((), dtype)
+        for s, t_ in zip(elim.factors, tables)
+    )
+    low, high, bad = _range(masks, tables)
+    bad = bad | invalid
+    safe = tuple(jnp.where((m > 0) & jnp.isfinite(x), x, 0) for m, x in zip(masks, tables))
+    unary, constant = chain_factors(elim, safe, dtype)
+    player = np.asarray(elim.site_player)
+    on = jnp.asarray(player >= 0)[:, None]
+    site_t = jnp.where(on, t.T[np.maximum(player, 0)], 0)
+    per_site = chain_gains_expected(fact, fix, site_t, unary) * constant  # [sites, points]
+    gains = (
+        jnp.zeros((n, points.size), dtype)
+        .at[np.maximum(player, 0)]
+        .add(jnp.where(on, per_site, 0))
+        .T
+    )
+    bits = np.concatenate([np.zeros((1, n)), np.ones((1, n)), np.eye(n)]).astype(np.float64)
+    site_bits = jnp.where(on, jnp.asarray(bits, dtype).T[np.maximum(player, 0)], 0)
+    runs = chain_values_expected(fact, fix, site_bits, unary) * constant
+    shapley = jnp.asarray(weights, dtype) @ gains[2:]
+    nan = jnp.where(bad, jnp.nan, 0).astype(dtype)
+    return WorldBlame(
+        shapley=shapley + nan,
+        banzhaf=gains[0] + nan,
+        leave_one_out=gains[1] + nan,
+        interactions=None,
+        runs=runs + nan,
+        last=jnp.asarray(-1, jnp.int32),
+        low=low,
+        high=high,
+    )
+
+
 def world_blame(
     elim: Elimination, maps, tables, interactions: bool = False, chain=None
 ) -> WorldBlame:
@@ -486,6 +537,8 @@ def world_blame(
     # Transition matrices (floating `maps`, `expected_site_maps`): the game in expectation
     # over the noise, contracted by the general path (no `last`: -1).
     expected = maps is not None and jnp.issubdtype(maps[0].dtype, jnp.floating)
+    if expected and (elim.chain and not interactions):
+        return _expected_chain_blame(elim, maps, tables, dtype)
     if expected and elim.chain:
         elim = elim._replace(chain=False)
     nodes, weights = quadrature(n)
