@@ -272,7 +272,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="the factual logits: scored from the recorded prompt (default), or read from "
         "the log-probabilities the calls kept (OpenInference)",
     )
-    blame.add_argument("--convention", default="auto", choices=["auto", "otel", "openinference"])
+    blame.add_argument(
+        "--convention", default="auto", choices=["auto", "otel", "openinference", "mlflow"]
+    )
     blame.add_argument("--worlds", type=int, default=8, help="inferred worlds per run (default 8)")
     blame.add_argument("--seed", type=_seed, default=0, help="seed of the inferred noise")
     blame.add_argument(

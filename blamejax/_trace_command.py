@@ -19,6 +19,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import warnings
 from pathlib import Path
 
 from . import traces
@@ -74,8 +75,9 @@ def check_decisions(spec, path) -> dict:
 
 def import_traces(path, outcomes, convention: str):
     """Runs from `path`: a blamejax trace file (read as it is), else spans, read by the
-    OpenInference or the OpenTelemetry GenAI importer (`convention`, or by what the files
-    hold: OpenInference's `openinference.span.kind` anywhere picks it)."""
+    MLflow, OpenInference or OpenTelemetry GenAI importer (`convention`, or by what the files
+    hold: MLflow's `mlflow.spanType`, else OpenInference's `openinference.span.kind`
+    anywhere picks it)."""
     path = Path(path)
     if not path.exists():
         raise CommandError(f"TRACES {path}: no such file or folder")
@@ -86,8 +88,18 @@ def import_traces(path, outcomes, convention: str):
             raise CommandError("--outcomes: a blamejax trace file carries its outcomes")
         return traces.read(path)
     if convention == "auto":
-        convention = "openinference" if "openinference.span.kind" in head else "otel"
-    importer = traces.from_openinference if convention == "openinference" else traces.from_otel
+        convention = (
+            "mlflow"
+            if "mlflow.spanType" in head
+            else "openinference"
+            if "openinference.span.kind" in head
+            else "otel"
+        )
+    importer = {
+        "mlflow": traces.from_mlflow,
+        "openinference": traces.from_openinference,
+        "otel": traces.from_otel,
+    }[convention]
     return importer(path, outcomes=outcomes)
 
 
@@ -161,7 +173,9 @@ def blame_traces(
         scored = score_fixes(runs, scorer, request)
     rows, blames = [], []
     for group in traces.group_runs(scored):
-        out = traces.blame_runs(group, key=seed, num_worlds=num_worlds)
+        with warnings.catch_warnings():  # the table's note says it
+            warnings.simplefilter("ignore", traces.FailureOutsideDecisionsWarning)
+            out = traces.blame_runs(group, key=seed, num_worlds=num_worlds)
         blames.append(out)
         for f, run in enumerate(group):
             read = traces.readout(out.result, out.cases.agent_map, failure=f)

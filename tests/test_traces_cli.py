@@ -120,3 +120,32 @@ def test_whowhen_on_a_span_file_points_to_blame(capsys):
     err = capsys.readouterr().err
     assert "holds OpenTelemetry or OpenInference spans, not labelled runs" in err
     assert f"python -m blamejax blame {SPANS} --decisions DECISIONS.json --scorer MODEL" in err
+
+
+def test_blame_command_on_mlflow_traces(api, tmp_path, capsys):
+    """MLflow's trace JSON lines are recognised; the run whose writer's call raised is named
+    as failing outside the declared decisions, with no culprit."""
+    spans = SPANS.parent.parent / "mlflow" / "mlflow-3.17.2.jsonl"
+    first = json.loads(spans.read_text(encoding="utf-8").splitlines()[0])["info"]["trace_id"]
+    outcomes = tmp_path / "outcomes.json"
+    outcomes.write_text(json.dumps({first: False}), encoding="utf-8")
+    decisions = decisions_file(tmp_path)
+    spec = json.loads(pathlib.Path(decisions).read_text(encoding="utf-8"))
+    del spec["writer"]  # the writer's call raised in the second run: no reply to declare
+    pathlib.Path(decisions).write_text(json.dumps(spec), encoding="utf-8")
+    argv = command(api, tmp_path, decisions, "--no-progress", "--outcomes", str(outcomes))
+    argv[1] = str(spans)
+    assert main(argv) == 0
+    rows = capsys.readouterr().out.splitlines()[2:4]
+    assert rows[0].split()[1:5] == ["failed", "planner", "Completions", "Completions"]
+    assert rows[1].split()[1:] == [
+        "failed",
+        "-",
+        "-",
+        "-",
+        "failed",
+        "outside",
+        "the",
+        "declared",
+        "decisions",
+    ]
