@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 BIG = 1e4  # stands for an infinite logit difference (an option impossible in one run only)
 CLIP = 60.0  # exp arguments past this give a probability below e^-60: clipped, not overflowed
@@ -101,17 +102,30 @@ def expected_site_maps(structure, graph, logits, observed=None) -> tuple:
     """Every site's transition tensor `[V, *K_parents, K]` (in place of `site_maps`' maps):
     `prior_transition` of its table, or, given `observed` (`Int[Array, "sites"]`, the
     observed run's options), the posterior transition given that the site chose
-    `observed[site]` from the factual row of its observed parents."""
+    `observed[site]` from the factual row of its observed parents. Sites whose tables share
+    a shape are computed together (one `vmap`), so the program does not grow with n."""
     dtype = jnp.result_type(float)
-    out = []
-    for s, table in enumerate(logits):
-        table = table.astype(dtype)
-        if observed is None:
-            out.append(prior_transition(table))
-            continue
-        seen = table[0][tuple(observed[p] for p in graph.parents[s])]  # [K]
-        out.append(posterior_table(table, seen, observed[s]))
     del structure  # the sites' order is the logits' order
+    groups: dict = {}
+    for s, table in enumerate(logits):
+        groups.setdefault((table.shape, len(graph.parents[s])), []).append(s)
+    out: list = [None] * len(logits)
+    for (_shape, num_parents), sites in groups.items():
+        tables = jnp.stack([logits[s].astype(dtype) for s in sites])  # [G, V, *K_p, K]
+        if observed is None:
+            trans = prior_transition(tables)
+        else:
+            index = np.asarray(sites)
+            parents = (
+                jnp.stack([jnp.stack([observed[p] for p in graph.parents[s]]) for s in sites])
+                if num_parents
+                else jnp.zeros((len(sites), 0), jnp.int32)
+            )
+            rows = jnp.arange(len(sites))
+            seen = tables[(rows, 0) + tuple(parents[:, k] for k in range(num_parents))]
+            trans = jax.vmap(posterior_table)(tables, seen, observed[index])
+        for g, s in enumerate(sites):
+            out[s] = trans[g]
     return tuple(out)
 
 
