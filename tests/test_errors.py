@@ -3985,6 +3985,15 @@ ROWS: list[Row] = [
             ),
         ),
         (
+            "mlflow-spans-not-a-list",
+            'traces.from_mlflow("trace.json"), its "data": {"spans": {}}',
+            lambda: T.from_mlflow(
+                at("trace.json", json.dumps({"info": {"trace_id": "tr-1"}, "data": {"spans": {}}}))
+            ),
+            T.TraceError,
+            ("trace.json: data.spans: expected a list of spans, got {}",),
+        ),
+        (
             "prompt-of-not-a-step",
             "traces.prompt_of(run)",
             lambda: T.prompt_of(CALL_RUN),
