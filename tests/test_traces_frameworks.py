@@ -269,7 +269,10 @@ def test_langgraph_plain_trace_reaches_blame_through_declared_decisions(tmp_path
         path = tmp_path / "spans.jsonl"
         tid = run_langgraph(api, tracer_to, path, logprobs=False)
         runs = bj.traces.from_openinference(path, outcomes={tid: False})
-        with pytest.raises(ValueError, match="step .ChatOpenAI.: .*carries no log-probabilities"):
+        with pytest.raises(
+            ValueError,
+            match="step .ChatOpenAI.: .*carries no log-probabilities.*declare the decisions with bj.traces.declare_decisions",
+        ):
             bj.traces.decisions_from_logprobs(runs, OPTIONS)
         runs = bj.traces.declare_decisions(runs, OPTIONS, accept=ACCEPT)
         assert [(s.agent, s.choice) for s in runs[0].decisions] == [

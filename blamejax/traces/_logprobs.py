@@ -222,13 +222,21 @@ def decisions_from_logprobs(runs, options, *, accept=None, absent: str = "error"
                 raise ValueError(
                     f"{where}: options are declared for it, but it kept no chat completion (OpenInference "
                     "keeps the response in output.value; OpenTelemetry GenAI spans drop the "
-                    "log-probabilities: record the decision with bj.traces.record_decision)"
+                    "log-probabilities: record the decision with bj.traces.record_decision, or "
+                    "declare it with bj.traces.declare_decisions and score it with "
+                    "bj.traces.score_decisions)"
                 )
             try:
                 logits = logits_from_response(response, declared, absent=absent)
                 choice = choice_from_response(response, declared)
             except ValueError as error:
-                raise ValueError(f"{where}: {error}") from None
+                hint = (
+                    "; for a trace without log-probabilities, declare the decisions with "
+                    "bj.traces.declare_decisions and score them with bj.traces.score_decisions"
+                    if "no log-probabilities" in str(error)
+                    else ""
+                )
+                raise ValueError(f"{where}: {error}{hint}") from None
             labels, _ = _lookup(accept, run, step, "accept")
             steps.append(
                 dataclasses.replace(
