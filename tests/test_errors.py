@@ -3303,6 +3303,61 @@ ROWS: list[Row] = [
             ("`timeout` must be a number of seconds > 0, got True",),
         ),
         (
+            "openai-revision-empty",
+            'OpenAIScorer("m", revision="")',
+            lambda: S.OpenAIScorer("m", revision=""),
+            TypeError,
+            ("`revision` must be a non-empty string or None, got ''",),
+        ),
+        (
+            "by-variant-missing",
+            'ByVariant({"factual": scorer}).score([Request("route", "fix", ...)])',
+            lambda: S.ByVariant(
+                {"factual": S.FunctionScorer(lambda r: [0.0, 0.0], name="f")}
+            ).score([REQUEST._replace(variant="fix")]),
+            ValueError,
+            (
+                "has no scorer for variant 'fix' (step 'route', variant 'fix'",
+                "give one in `scorers` or pass `default`",
+            ),
+        ),
+        (
+            "by-variant-not-a-scorer",
+            'ByVariant({"fix": len})',
+            lambda: S.ByVariant({"fix": len}),
+            TypeError,
+            ("`scorers['fix']` must be a bj.scorers.Scorer, got <built-in function len>",),
+        ),
+        (
+            "llama-n-ctx-zero",
+            "LlamaScorer(n_ctx=0)",
+            lambda: S.LlamaScorer(n_ctx=0),
+            ValueError,
+            ("`n_ctx` must be an integer >= 1, got 0",),
+        ),
+        (
+            "response-option-unranked",
+            "logits_from_response(response, options): an option the top 20 miss",
+            lambda: bj.traces.logits_from_response(
+                {"choices": [{"logprobs": {"content": [{"token": "ref", "logprob": -0.1}]}}]},
+                ["Refund", "close"],
+            ),
+            S.ReplyError,
+            (
+                "option 'close' is not among the returned tokens [\"ref\"]",
+                "unranked, not impossible",
+                "absent='floor'",
+                "bj.scorers.LlamaScorer",
+            ),
+        ),
+        (
+            "response-rule-likelihood",
+            'logits_from_response(response, options, rule="likelihood")',
+            lambda: bj.traces.logits_from_response({}, ["a", "b"], rule="likelihood"),
+            ValueError,
+            ("`rule='likelihood'` needs each option's token log-probabilities",),
+        ),
+        (
             "openai-base-url-port",
             'OpenAIScorer("m", base_url=8000)',
             lambda: S.OpenAIScorer("m", base_url=8000),

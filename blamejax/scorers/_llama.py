@@ -147,7 +147,10 @@ class LlamaScorer(Scorer):
     - `template`: the user message, a `str.format` string with `{step}`, `{variant}`,
       `{inputs}`, `{options}` (each optional); `system`: the system message (`""`: none).
     - `chat_template`: `None` (the file's), a Jinja template, or `False` (the plain prompt:
-      a base model without a template).
+      the system message, a blank line, the user message and a line break; for a base model,
+      or a prompt that ends in a cue such as `"Answer:"`).
+    - `option_prefix`: text put before each option when it is scored (`" "` after a cue
+      such as `"Answer:"`, where a word comes with its leading space).
     - `n_ctx`: the context size (prompt plus the longest option); `n_threads`: threads (1).
     - `cache`, `meter`: as for every `Scorer`.
 
@@ -178,6 +181,7 @@ class LlamaScorer(Scorer):
         template: str | None = None,
         system: str | None = None,
         chat_template=None,
+        option_prefix: str = "",
         n_ctx: int = 1024,
         n_threads: int = 1,
         cache: Cache | None = None,
@@ -191,6 +195,9 @@ class LlamaScorer(Scorer):
         if system is not None and not isinstance(system, str):
             raise TypeError(f"`system` must be a string or None, got {system!r}")
         self.system = LIKELIHOOD_SYSTEM if system is None else system
+        if not isinstance(option_prefix, str):
+            raise TypeError(f"`option_prefix` must be a string, got {option_prefix!r}")
+        self.option_prefix = option_prefix
         if _model is None:
             path = smollm2_path() if path is None else os.fspath(path)
             if not os.path.isfile(path):
@@ -213,6 +220,7 @@ class LlamaScorer(Scorer):
                 "build": _model.build,
                 "template": self.template,
                 "system": self.system,
+                "option_prefix": option_prefix,
                 "chat_template": hashlib.sha256(
                     json.dumps(template_text).encode("utf-8")
                 ).hexdigest(),
@@ -239,6 +247,7 @@ class LlamaScorer(Scorer):
             template=self.template if template is None else template,
             system=self.system if system is None else system,
             chat_template=self.chat_template,
+            option_prefix=self.option_prefix,
             cache=self.cache,
             meter=self.meter,
             _model=self._model,
@@ -255,7 +264,9 @@ class LlamaScorer(Scorer):
     def _answer(self, request: Request) -> Answer:
         model = self._model
         prompt = model.tokens(self.prompt(request), special=True)
-        options = [model.tokens(option, special=False) for option in request.options]
+        options = [
+            model.tokens(self.option_prefix + option, special=False) for option in request.options
+        ]
         longest = len(prompt) + max(len(o) for o in options)
         if longest > model.n_ctx:
             raise ValueError(
