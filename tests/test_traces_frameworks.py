@@ -16,6 +16,7 @@ and `MessageToJson`), imported, and blamed:
 
 import asyncio
 import json
+import os
 import pathlib
 import re
 import warnings
@@ -386,44 +387,81 @@ def test_pydantic_ai_invoke_agent_spans_to_blame(tmp_path):
 # "<name>.agent", with `traceloop.span.kind` "agent" and `traceloop.entity.name`).
 
 
-def run_traceloop(api, tracer_to, path, monkeypatch):
-    from opentelemetry.instrumentation.openai import OpenAIInstrumentor
+TRACELOOP_PIPELINE = """
+import os, sys
+from google.protobuf.json_format import MessageToJson
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+import openai
+from opentelemetry.instrumentation.openai import OpenAIInstrumentor
 
-    monkeypatch.setenv("TRACELOOP_TRACE_CONTENT", "true")
+url, path, question = sys.argv[1:4]
+agents = {"planner": "search or answer", "researcher": "web or archive", "writer": "cite or guess"}
 
-    def instrument(provider):
-        instrumentor = OpenAIInstrumentor()
-        instrumentor.instrument(tracer_provider=provider)
-        return instrumentor.uninstrument
+class Lines(SpanExporter):
+    def export(self, spans):
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(MessageToJson(encode_spans(spans), indent=None) + "\\n")
+        return SpanExportResult.SUCCESS
 
-    tracer = tracer_to(path, instrument)
-    client = openai.OpenAI(base_url=f"{api.url}/v1", api_key="test", timeout=5.0, max_retries=0)
-    workflow = {"traceloop.span.kind": "workflow", "traceloop.entity.name": "pipeline"}
-    with tracer.start_as_current_span("pipeline.workflow", attributes=workflow) as root:
-        for agent, _, _ in AGENTS:
-            attributes = {"traceloop.span.kind": "agent", "traceloop.entity.name": agent}
-            with tracer.start_as_current_span(f"{agent}.agent", attributes=attributes):
-                client.chat.completions.create(
-                    model="test-model",
-                    messages=[
-                        {"role": "system", "content": system(agent)},
-                        {"role": "user", "content": QUESTION},
-                    ],
-                    max_tokens=1,
-                )
-    return format(root.get_span_context().trace_id, "032x")
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(Lines()))
+OpenAIInstrumentor().instrument(tracer_provider=provider)
+tracer = provider.get_tracer("pipeline")
+client = openai.OpenAI(base_url=url, api_key="test", timeout=5.0, max_retries=0)
+workflow = {"traceloop.span.kind": "workflow", "traceloop.entity.name": "pipeline"}
+with tracer.start_as_current_span("pipeline.workflow", attributes=workflow) as root:
+    for agent, options in agents.items():
+        attributes = {"traceloop.span.kind": "agent", "traceloop.entity.name": agent}
+        with tracer.start_as_current_span(agent + ".agent", attributes=attributes):
+            system = f"You are the {agent}. Answer with one word: {options}."
+            client.chat.completions.create(
+                model="test-model",
+                messages=[{"role": "system", "content": system},
+                          {"role": "user", "content": question}],
+                max_tokens=1,
+            )
+provider.shutdown()
+print(format(root.get_span_context().trace_id, "032x"))
+"""
 
 
-# Traceloop's OpenAI wrappers define a pydantic model with a class-based config on import.
-@pytest.mark.filterwarnings("ignore:Support for class-based `config` is deprecated")
-def test_traceloop_agent_spans_to_blame(tmp_path, tracer_to, monkeypatch):
+def run_traceloop(api, path):
+    """The pipeline in a child process (bounded in time): Traceloop's `uninstrument` leaves
+    the `openai` client wrapped, so the instrumentation must not outlive the run."""
+    import subprocess
+    import sys
+
+    assert all(system(a).endswith(f"{' or '.join(OPTIONS[a])}.") for a in OPTIONS)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-W",
+            "ignore",
+            "-c",
+            TRACELOOP_PIPELINE,
+            f"{api.url}/v1",
+            str(path),
+            QUESTION,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "TRACELOOP_TRACE_CONTENT": "true"},
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_traceloop_agent_spans_to_blame(tmp_path):
     """Traceloop's agent spans name the agents (not its workflow); its OpenAI
     instrumentation's `openai.chat` spans carry the GenAI messages and tokens; the plain
     trace reaches blame through declared decisions."""
     api = FakeAPI(model_of())
     try:
         path = tmp_path / "spans.jsonl"
-        tid = run_traceloop(api, tracer_to, path, monkeypatch)
+        tid = run_traceloop(api, path)
         runs = bj.traces.from_otel(path, outcomes={tid: False})
         [run] = runs
         assert run.agents == ("planner", "researcher", "writer")
