@@ -124,6 +124,9 @@ def main(argv=None):
         )
 
     n = len(runs)
+    if n == 0:
+        print(f"{args.tasks} tickets: no injection made a successful run fail; nothing to blame")
+        return
     golden = np.asarray(golden)
     agent_of = np.asarray([desk.AGENTS.index(a) for a in desk.AGENTS])  # step -> agent id
     agent_id = {a: i for i, a in enumerate(dict.fromkeys(desk.AGENTS))}

@@ -318,3 +318,25 @@ def test_a_model_file_without_a_chat_template_is_a_clear_error():
         chat_formatter({}, None, path="base.gguf")
     plain = chat_formatter({}, False, path="base.gguf")
     assert plain([{"role": "user", "content": "Q"}]) == "Q\n"
+
+
+# The injected-culprit benchmark at CI size -------------------------------------------------
+
+
+def test_injected_culprit_benchmark_runs_small(capsys):
+    """benchmarks/real_model_agent.py on three tickets: every injected run replays its
+    prefix exactly (the script checks it), and every method gets a row. No accuracy is
+    asserted: at this size it says nothing."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "real_model_agent.py"
+    spec = importlib.util.spec_from_file_location("real_model_agent", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main(["--tasks", "3", "--quick", "--worlds", "4", "--rollouts", "4"])
+    printed = capsys.readouterr().out
+    assert "3 tickets" in printed
+    if "nothing to blame" not in printed:
+        for method in ("blamejax exact Shapley, oracle fix", "CAR point of commitment", "judge"):
+            assert method in printed
