@@ -538,6 +538,9 @@ def test_mlflow_traces_to_blame(tmp_path):
     ]
     [one] = bj.traces.from_mlflow(MLFLOW / "mlflow-3.17.2-one.json", outcomes={wrong: False})
     assert one == first  # one trace in a file reads as the same run
+    # the kept reply (mlflow.spanOutputs) is found; it was asked without log-probabilities
+    with pytest.raises(ValueError, match="step 'Completions': .*carries no log-probabilities"):
+        bj.traces.decisions_from_logprobs([first], OPTIONS)
     api = FakeAPI(model_of(prefer={"planner": {"search": -0.1, "answer": -2.5}}))
     try:
         declared = bj.traces.declare_decisions([first], OPTIONS, accept=ACCEPT)

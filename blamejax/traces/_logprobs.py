@@ -133,8 +133,13 @@ def choice_from_response(response, options) -> str:
 
 def _response_of(step):
     """The chat completion a traced LLM step kept, or None: OpenInference's `output.value`
-    (a JSON string), in the step's `extra.attributes` or as its `output`."""
-    texts = [(step.extra.get("attributes") or {}).get("output.value"), step.output]
+    (a JSON string), in the step's `extra.attributes` or as its `output`, or MLflow's
+    `mlflow.spanOutputs` (decoded on import)."""
+    attributes = step.extra.get("attributes") or {}
+    texts = [attributes.get("output.value"), step.output]
+    kept = attributes.get("mlflow.spanOutputs")
+    if isinstance(kept, dict):  # MLflow: the call's return value, already decoded
+        texts.insert(0, json.dumps(kept))
     for text in texts:
         if isinstance(text, str) and text.lstrip().startswith("{"):
             try:
