@@ -13,6 +13,7 @@ from .._game import make_game
 from ..pipeline import Hard
 from ..reduction import Attribution
 from ..structured import (
+    chain_expected_arrays,
     elimination,
     expected_site_maps,
     factor_tables,
@@ -86,8 +87,14 @@ def _expected_values(game, elim, graph, interactions, case, observed) -> Attribu
     pipeline, structure = game.pipeline, game.structure
     logits = site_logits(pipeline, structure, case)
     score = factor_tables(pipeline, structure, graph, case, elim.factors)
-    maps = expected_site_maps(structure, graph, logits, observed)
-    blame = world_blame(elim, maps, score, interactions)
+    arrays = None
+    if elim.chain and not interactions:  # stacked: a program flat in n
+        arrays = chain_expected_arrays(elim, logits, observed)
+    if arrays is not None:
+        blame = world_blame(elim, None, score, chain=arrays)
+    else:
+        maps = expected_site_maps(structure, graph, logits, observed)
+        blame = world_blame(elim, maps, score, interactions)
     empty, full = blame.runs[0], blame.runs[1]
     return Attribution(
         shapley=blame.shapley,

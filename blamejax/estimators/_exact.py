@@ -30,6 +30,7 @@ from ..coalitions import coalition_values, explain_nan_score, last_step_blame
 from ..pipeline import Hard, World, check_finite_logits, world_noise
 from ..reduction import Attribution, attribute
 from ..structured import (
+    chain_expected_arrays,
     chain_maps,
     elimination,
     expected_site_maps,
@@ -246,6 +247,12 @@ def _structured_function(game: Game, elim, graph, interactions: bool, expected: 
     def per_world(world, logits, score):
         if expected is not None:
             observed = world if expected == "inferred" else None
+            arrays = None
+            if elim.chain and not interactions:
+                arrays = chain_expected_arrays(elim, logits, observed)
+            if arrays is not None:
+                blame = world_blame(elim, None, score, chain=arrays)
+                return jax.tree_util.tree_map(lambda x: x[None], blame)
             maps = expected_site_maps(structure, graph, logits, observed)
             blame = world_blame(elim, maps, score, interactions)
             return jax.tree_util.tree_map(lambda x: x[None], blame)

@@ -4,6 +4,7 @@ game's multilinear extension, a forward recursion over the options, in O(n^2 K^(
 failure and world instead of O(n 2^n) (w: the frontier's width; 1 for a chain).
 """
 
+from ._expected_chain import chain_expected_arrays as chain_expected_arrays
 from ._extension import Elimination as Elimination
 from ._extension import SiteOp as SiteOp
 from ._extension import WorldBlame as WorldBlame

@@ -86,3 +86,38 @@ def chain_reachable_expected(elim, fact, fix, dtype):
 
     (_, invalid), reach = jax.lax.scan(step, (start, jnp.asarray(False)), (fact, fix, player))
     return reach, invalid
+
+
+def chain_expected_arrays(elim, logits, observed=None):
+    """`chain_transitions(elim, expected_site_maps(...))` with the tables of every draw after
+    the root stacked and their transitions computed in one `vmap` (when they share one shape
+    and each reads the draw before it), so the program holds a few operations in all instead
+    of a few per draw; `None` when they do not."""
+    from ._transitions import posterior_table, prior_transition  # noqa: PLC0415
+
+    rest = logits[1:]
+    if (
+        not rest
+        or len({table.shape for table in rest}) != 1
+        or any(op.parents != (op.site - 1,) for op in elim.ops[1:])
+        or logits[0].shape[-1] != rest[0].shape[-1]
+        or rest[0].shape[-2] != rest[0].shape[-1]
+    ):
+        return None
+    dtype = jnp.result_type(float)
+    root = logits[0].astype(dtype)  # [V0, K]
+    tables = jnp.stack([t.astype(dtype) for t in rest])  # [n-1, V, K, K]
+    if observed is None:
+        root_t, trans = prior_transition(root), prior_transition(tables)
+    else:
+        root_t = posterior_table(root, root[0], observed[0])
+        seen = tables[jnp.arange(len(rest)), 0, observed[:-1]]  # [n-1, K]
+        trans = jax.vmap(posterior_table)(tables, seen, observed[1:])
+    size = root.shape[-1]
+    fixes = np.asarray([op.fix if op.player >= 0 else 0 for op in elim.ops], np.int32)
+    first = elim.ops[0]
+    fact = jnp.concatenate([jnp.broadcast_to(root_t[0], (1, size, size)), trans[:, 0]])
+    fix_root = root_t[fixes[0]] if first.player >= 0 else root_t[0]
+    picked = jnp.take_along_axis(trans, jnp.asarray(fixes[1:])[:, None, None, None], axis=1)[:, 0]
+    fix = jnp.concatenate([jnp.broadcast_to(fix_root, (1, size, size)), picked])
+    return fact, fix

@@ -480,14 +480,15 @@ def _range(masks, tables):
     return low, high, bad
 
 
-def _expected_chain_blame(elim: Elimination, maps, tables, dtype) -> WorldBlame:
+def _expected_chain_blame(elim: Elimination, maps, tables, dtype, arrays=None) -> WorldBlame:
     """`world_blame` of a chain with transition matrices (`_expected_chain`): two scans,
-    a program that does not grow with n."""
+    a program that does not grow with n. `arrays`: `(fact, fix)` already stacked
+    (`chain_expected_arrays`), else built from `maps`."""
     n = elim.num_players
     nodes, weights = quadrature(n)
     points = np.concatenate([[0.5, 1.0], nodes])
     t = jnp.broadcast_to(jnp.asarray(points, dtype)[:, None], (points.size, n))
-    fact, fix = chain_transitions(elim, maps)
+    fact, fix = chain_transitions(elim, maps) if arrays is None else arrays
     fact, fix = fact.astype(dtype), fix.astype(dtype)
     reach, invalid = chain_reachable_expected(elim, fact, fix, dtype)
     masks = tuple(
@@ -530,12 +531,16 @@ def world_blame(
 ) -> WorldBlame:
     """Exact blame of one failure in one world from its maps and the score's factor tables
     (pure; `vmap` it over worlds and failures). For a chain, `chain` may hold `(fact, fix)`
-    made by `chain_maps`; `maps` is then needed only for `interactions`."""
+    made by `chain_maps`; `maps` is then needed only for `interactions`. Floating `maps`
+    (`expected_site_maps`), or a floating `chain` (`chain_expected_arrays`), give blame in
+    expectation over the noise."""
     n = elim.num_players
     dtype = jnp.result_type(float)
     tables = tuple(table.astype(dtype) for table in tables)
     # Transition matrices (floating `maps`, `expected_site_maps`): the game in expectation
     # over the noise, contracted by the general path (no `last`: -1).
+    if chain is not None and jnp.issubdtype(chain[0].dtype, jnp.floating):
+        return _expected_chain_blame(elim, None, tables, dtype, arrays=chain)
     expected = maps is not None and jnp.issubdtype(maps[0].dtype, jnp.floating)
     if expected and (elim.chain and not interactions):
         return _expected_chain_blame(elim, maps, tables, dtype)
