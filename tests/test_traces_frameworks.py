@@ -569,3 +569,32 @@ def test_mlflow_trace_without_a_span_list(tmp_path):
         bj.traces.TraceError, match=r"trace.json: data.spans: expected a list of spans"
     ):
         bj.traces.from_mlflow(path)
+
+
+def test_traceloop_sdk_0_62_decorators(tmp_path):
+    """The real Traceloop SDK 0.62.4 (`@workflow`, `@agent`, its OpenAI instrumentation): its
+    agent spans name the agents (and it writes `gen_ai.agent.name` on the calls below them),
+    its workflow names none. It cannot share this environment's pins, so the file was written
+    by tests/data/traces/traceloop/make_traceloop_0_62.py (the versions are in its
+    docstring); the plain trace reaches blame through declared decisions."""
+    path = pathlib.Path(__file__).parent / "data" / "traces" / "traceloop"
+    runs = bj.traces.from_otel(path / "traceloop-sdk-0.62.4.jsonl")
+    [run] = runs
+    assert run.passed is False and run.extra["outcome_from"] == "outcome attributes"
+    assert [(s.name, s.agent) for s in run.steps if s.name.endswith((".agent", ".workflow"))] == [
+        ("pipeline.workflow", None),
+        ("planner.agent", "planner"),
+        ("researcher.agent", "researcher"),
+        ("writer.agent", "writer"),
+    ]
+    assert [(s.agent, s.output, s.tokens) for s in llm_steps(run)] == [
+        ("planner", "answer", {"input": 11, "output": 1}),
+        ("researcher", "web", {"input": 11, "output": 1}),
+        ("writer", "cite", {"input": 11, "output": 1}),
+    ]
+    api = FakeAPI(model_of())
+    try:
+        declared = bj.traces.declare_decisions(runs, OPTIONS, accept=ACCEPT)
+        check_planner_blamed(declared, api, tmp_path, score_factual=True)
+    finally:
+        api.close()
