@@ -23,7 +23,7 @@ from ..coalitions import coalition_values
 from ..pipeline import Hard, Relaxed, World, check_finite_logits, discover
 from ..reduction import Attribution, attribute
 from ..worlds import ExpectedWorlds
-from ._expected import expected_attribution, expected_plan
+from ._expected import expected_attribution
 
 
 def _structure_and_players(pipeline, case, steps, fixes, mode=None, worlds=None, num_failures=None):
@@ -147,8 +147,16 @@ def total_repair(
     the whole coalition table."""
     if isinstance(worlds, ExpectedWorlds):
         _check_expected_mode(mode)
-        game, elim, graph = expected_plan(pipeline, case, worlds, steps, fixes, score_range)
-        full, empty = _expected_corners(pipeline, case, worlds, game, elim, graph)
+        result = expected_attribution(
+            pipeline,
+            case,
+            worlds,
+            steps=steps,
+            fixes=fixes,
+            interactions=False,
+            score_range=score_range,
+        )
+        full, empty = result.full, result.empty
         _check_values(case, jnp.minimum(full, empty), jnp.maximum(full, empty), score_range)
         return full - empty
     mode = Relaxed(0.5) if mode is None else mode
@@ -204,22 +212,6 @@ def _check_expected_mode(mode) -> None:
             f"`expected_worlds` integrates hard (Gumbel-max) draws exactly, got mode={mode!r}: "
             "leave `mode` out (relaxed modes are for sampled worlds)"
         )
-
-
-def _expected_corners(pipeline, case, worlds, game, elim, graph):
-    """`(v(all), v(empty))` in expectation over the noise: the multilinear extension at two
-    corners of the cube."""
-    from ..structured import expected_site_maps, extension, factor_tables, site_logits
-
-    structure = game.structure
-    logits = site_logits(pipeline, structure, case)
-    score = factor_tables(pipeline, structure, graph, case, elim.factors)
-    dtype = jnp.result_type(float)
-    score = tuple(x.astype(dtype) for x in score)
-    maps = expected_site_maps(structure, graph, logits, worlds.observed)
-    corners = jnp.stack([jnp.ones(game.num_players, dtype), jnp.zeros(game.num_players, dtype)])
-    values = extension(elim, maps, score, corners)
-    return values[0], values[1]
 
 
 def _check_values(case, low, high, score_range, expected=False) -> None:
