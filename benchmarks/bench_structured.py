@@ -304,6 +304,32 @@ def section_expected():
     exact = bj.exact_blame(chain, cases, bj.expected_worlds(np.arange(num_f)))
     gap = float(np.abs(np.asarray(sampled.shapley) - np.asarray(exact.shapley)).mean())
     say(f"- mean |fresh (512 worlds) - expected| per value: {gap:.1e}")
+    n, num_f = 1000, 16
+    say(f"## expected noise at length: chain n = {n}, K = {k}, {num_f} failures")
+    cases = numpy_chain_cases(0, n, num_f, k)
+    # Every logit is finite, so any observed path is possible (a replay of 1,000 steps
+    # compiles for minutes: not what this row measures).
+    observed = np.random.default_rng(0).integers(0, k, (num_f, n))
+    for kind, obs in (("fresh", None), ("inferred", observed)):
+        worlds = bj.expected_worlds(np.arange(num_f), obs)
+        result, first, steady = call(lambda: bj.exact_blame(chain, cases, worlds), 1)
+        eff = float(np.abs(np.asarray(result.shapley).sum(1) - np.asarray(result.total)).max())
+        say(
+            f"- {kind}: first call {first:.1f} s, steady {steady:.2f} s; efficiency error {eff:.1e}"
+        )
+    case = jax.tree_util.tree_map(lambda x: x[0], cases)
+    world = jax.tree_util.tree_map(lambda x: x[0], bj.expected_worlds(np.arange(1), observed[:1]))
+
+    def blame_of_fixes(tables):
+        return bj.shapley_values(chain, dict(case, tables=tables), world).shapley.sum()
+
+    grad = jax.jit(jax.grad(blame_of_fixes))
+    _, first, steady = call(lambda: grad(case["tables"]), 1)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    say(
+        f"- jax.grad of the inferred Shapley values' sum wrt every table (one case): first call "
+        f"{first:.1f} s, steady {steady:.2f} s; peak RSS so far {rss:.2f} GiB"
+    )
     return ok
 
 
