@@ -175,6 +175,21 @@ def branching_pipeline(ctx, x):
 
 
 CASE_WORLDS = jax.tree_util.tree_map(lambda x: x[0], bj.fresh_worlds(0, range(1), 2))  # [W = 2]
+EXPECTED_WORLD = jax.tree_util.tree_map(lambda x: x[0], bj.expected_worlds(range(1)))
+
+
+def _chain40(ctx, case):
+    """A chain of 40 steps: too many players to enumerate coalitions."""
+    choice = ctx.choose("s0", case["tables"][0])
+    for i in range(1, 40):
+        choice = ctx.choose(f"s{i}", case["tables"][i], given=choice)
+    return choice.take(case["score"])
+
+
+_CHAIN40 = dict(
+    tables=[np.zeros((2, 2) if i == 0 else (2, 2, 2), np.float32) for i in range(40)],
+    score=np.zeros(2, np.float32),
+)
 OBSERVED_BAD_ROW1 = np.array([[0, 0, 0, 0], [0, 1, 0, 0]])  # case 1: retriever 1 after plan 0
 
 
@@ -2187,6 +2202,59 @@ ROWS: list[Row] = [
             lambda: bj.differentiable.batch_mean_shapley(refund, CASES, CASE_WORLDS),
             ValueError,
             ("`worlds.key` must have shape [F, W] = [2, W], got (2,)",),
+        ),
+        (
+            "shapley-values-40-steps",
+            "shapley_values(chain of 40 steps, case, sampled worlds)",
+            lambda: bj.shapley_values(_chain40, _CHAIN40, CASE_WORLDS),
+            ValueError,
+            ("n = 40 steps needs 2^40 coalitions", "`max_steps` = 20", "bj.expected_worlds"),
+        ),
+        (
+            "shapley-values-nan-logits",
+            "shapley_values(refund, case with a NaN logit, worlds)",
+            lambda: bj.shapley_values(
+                refund, dict(CASE, planner=CASE["planner"].at[0, 0].set(jnp.nan)), CASE_WORLDS
+            ),
+            ValueError,
+            ("`case['planner']` contains NaN (first at index [0, 0])",),
+        ),
+        (
+            "shapley-values-score-range",
+            "shapley_values(refund, case whose scores are 2..3, worlds)",
+            lambda: bj.shapley_values(
+                refund, dict(CASE, reply_right=CASE["reply_right"] + 2), CASE_WORLDS
+            ),
+            ValueError,
+            ("scores must lie in `score_range` = (0.0, 1.0), got scores in [",),
+        ),
+        (
+            "expected-worlds-relaxed",
+            "shapley_values(refund, case, expected_worlds, mode=Relaxed(0.5))",
+            lambda: bj.shapley_values(refund, CASE, EXPECTED_WORLD, mode=bj.Relaxed(0.5)),
+            ValueError,
+            ("`expected_worlds` integrates hard (Gumbel-max) draws exactly", "Relaxed(tau=0.5)"),
+        ),
+        (
+            "expected-worlds-enumerate",
+            'exact_blame(refund, cases, expected_worlds(range(2)), method="enumerate")',
+            lambda: bj.exact_blame(refund, CASES, bj.expected_worlds(range(2)), method="enumerate"),
+            ValueError,
+            ("`expected_worlds` needs the structured path", "got method='enumerate'"),
+        ),
+        (
+            "expected-noise-mc",
+            'blame_batch(refund, cases, 0, noise="expected-fresh", estimator="mc")',
+            lambda: bj.blame_batch(refund, CASES, 0, noise="expected-fresh", estimator="mc"),
+            ValueError,
+            ("noise='expected-fresh' is integrated exactly", "got estimator='mc'"),
+        ),
+        (
+            "expected-worlds-observed-shape",
+            "expected_worlds(range(2), observed of one row)",
+            lambda: bj.expected_worlds(range(2), np.zeros((1, 4), int)),
+            ValueError,
+            ("`observed` must be an int array [F, sites] with F = 2", "got shape (1, 4)"),
         ),
         (
             "fit-num-steps-zero",

@@ -221,7 +221,7 @@ def _check_values(case, low, high, score_range, expected=False) -> None:
     leaves = jax.tree_util.tree_leaves(case)
     if any(isinstance(x, jax.core.Tracer) for x in leaves + [low, high]):
         return
-    check_finite_logits(jax.tree_util.tree_map(lambda x: jnp.asarray(x)[None], case))
+    check_finite_logits(case, "case")
     low_decl, high_decl = check_score_range(score_range)
     low, high = float(low), float(high)
     if np.isnan(low) or np.isnan(high):
