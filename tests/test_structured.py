@@ -94,7 +94,7 @@ def test_dag_with_repeated_step_and_pair_score(getkey):
     worlds = bj.fresh_worlds(getkey(), range(6), 4)
     s, e = both(wide_pipeline, cases, worlds, interactions=True)
     assert_same(s, e, interactions=True)
-    elim, graph, reason = _exact.structured_plan(bj.Game.make(wide_pipeline, cases), cases)
+    elim, graph, reason = bj.structured.structured_plan(bj.Game.make(wide_pipeline, cases), cases)
     assert reason is None and not elim.chain and graph.scope == (3, 4)
 
 
@@ -238,7 +238,7 @@ def test_n1000_matches_a_float64_reference(getkey):
 def test_jit_equals_eager(getkey):
     cases = wide_cases(getkey(), 1)
     game = bj.Game.make(wide_pipeline, cases)
-    elim, graph, _ = _exact.structured_plan(game, cases)
+    elim, graph, _ = bj.structured.structured_plan(game, cases)
     function = _exact._structured_function(game, elim, graph, False)
     worlds = bj.fresh_worlds(getkey(), range(1), 1)
     compiled = function(cases, worlds)
@@ -300,7 +300,7 @@ def test_product_score_is_carried_as_factors(shape, getkey):
     cases = trace_like_cases(4, given, 4)
     worlds = bj.fresh_worlds(getkey(), range(4), 2)
     game = bj.Game.make(pipeline, cases)
-    elim, graph, reason = _exact.structured_plan(game, cases)
+    elim, graph, reason = bj.structured.structured_plan(game, cases)
     assert reason is None and len(elim.factors) == n + 1 and elim.chain == (shape == "chain")
     s, e = both(pipeline, cases, worlds)
     assert_same(s, e)

@@ -9,7 +9,6 @@ Chunk sizes are powers of two, so a batch of any size compiles at most a few tim
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable, Sequence
 
 import jax
@@ -32,13 +31,12 @@ from ..reduction import Attribution, attribute
 from ..structured import (
     chain_expected_arrays,
     chain_maps,
-    elimination,
     expected_site_maps,
     factor_tables,
-    find_graph,
     observed_logits,
     site_logits,
     site_maps,
+    structured_plan,
     world_blame,
 )
 from ..worlds import ExpectedWorlds
@@ -49,10 +47,8 @@ from ._results import ExactResult
 DEFAULT_MAX_STEPS = 20
 DEFAULT_BUDGET = 2**21  # scores (failure x world x coalition) per compiled call
 METHODS = ("auto", "structured", "enumerate")
-# The structured path: the most joint options its frontier (or the score's table) may hold,
-# and the numbers (site x quadrature node x frontier state, per failure and world) one
-# compiled call may keep for its reverse pass.
-DEFAULT_MAX_STATES = 2**16
+# The structured path: the numbers (site x quadrature node x frontier state, per failure and
+# world) one compiled call may keep for its reverse pass.
 STRUCTURED_BUDGET = 2**26
 
 
@@ -138,75 +134,6 @@ def _chunk_function(game: Game, interactions: bool, world_group: int, rows_per_w
         return attribution, last, stats, resolve
 
     return jax.jit(chunk)
-
-
-def structured_plan(game: Game, cases, max_states: int = DEFAULT_MAX_STATES):
-    """`(elimination, graph, None)` when the structured path applies to `game`, else
-    `(None, None, reason)`: why not, in words (a free-form step, a frontier or score table
-    too wide, relaxed mode)."""
-    structure = game.structure
-    if not isinstance(game.mode, Hard):
-        return None, None, "it runs in hard (Gumbel-max) mode only, and `mode` is relaxed"
-    graph = find_graph(game.pipeline, structure, cases)
-
-    def named(site):
-        s = structure.sites[site]
-        return repr(s.step) + (f" (slot {s.slot})" if s.slot else "")
-
-    if graph.free:
-        site, reads = graph.free[0]
-        return (
-            None,
-            None,
-            (
-                f"step {named(site)} computes its logits from the option of "
-                f"{', '.join(named(r) for r in reads)} by free JAX code (pass the parents with "
-                "`given=` and a table with one axis per parent to make it tabulated)"
-            ),
-        )
-    if graph.foreign:
-        return (
-            None,
-            None,
-            f"`given` of step {named(graph.foreign[0])} holds a choice its context did not return",
-        )
-
-    def states(scope):
-        return math.prod(structure.sites[s].num_options for s in scope)
-
-    factors = (graph.scope,)
-    if (
-        states(graph.scope) > max_states
-    ):  # a product of factors, each multiplied in at its last site
-        widest = max(graph.factors, key=states)
-        if states(widest) > max_states:
-            return (
-                None,
-                None,
-                (
-                    f"the score reads {len(graph.scope)} steps ({', '.join(named(s) for s in graph.scope)}), "
-                    f"{states(graph.scope):,} joint options, above {max_states:,}, and its widest factor "
-                    f"reads {len(widest)} of them ({states(widest):,} joint options)"
-                ),
-            )
-        factors = graph.factors
-    elim = elimination(structure, graph, list(game.players), list(game.fixes), factors)
-    if elim.width > max_states:
-        sites = [named(v) for v in elim.widest if v < len(structure.sites)]
-        bits = len(elim.widest) - len(sites)
-        what = ", ".join(sites) + (f" and {bits} fix bit(s)" if bits else "")
-        m = 1 + -(-game.num_players // 2)
-        need = elim.width * m * 4
-        return (
-            None,
-            None,
-            (
-                f"its frontier is {len(elim.widest)} wide (the joint options of {what}: "
-                f"{elim.width:,} states, above {max_states:,}; about {need / 2**20:,.0f} MiB per "
-                "failure and world at each draw)"
-            ),
-        )
-    return elim, graph, None
 
 
 def resolve_method(game: Game, cases, method: str, max_steps: int):
