@@ -32,7 +32,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..stats import wilson_interval
+from ...stats import wilson_interval
+from ..blame._blame import blame_runs, group_runs
+from ..blame._readout import readout
 
 WINDOWS = (1, 3, 5)
 
@@ -314,9 +316,9 @@ def constant_predictions(runs: Sequence, step: int, agent: str | None = None) ->
 def load_runs(path) -> list:
     """Runs from `path`: a `.jsonl` trace file or a folder of them (`bj.traces.read`), or a
     Who&When `.json` file or folder of them (`bj.traces.from_whowhen`)."""
-    from ._format import read
-    from ._sniff import holds_spans
-    from ._whowhen import from_whowhen
+    from ..format._format import read
+    from ..importers._whowhen import from_whowhen
+    from ..importers.spans._sniff import holds_spans
 
     path = os.fspath(path)
     if not os.path.exists(path):
@@ -341,8 +343,6 @@ def whowhen_report(
     """The evaluation table of `python -m blamejax whowhen PATH`: the methods given (a
     predictions file, and blamejax itself on runs whose steps carry options and logits,
     seeded by `seed`) beside the offline baselines, on the labelled runs at `path`."""
-    from ._readout import blame_predictions
-
     runs = load_runs(path)
     check_labels(runs)
     rows, notes = [], []
@@ -364,3 +364,32 @@ def whowhen_report(
     rows += baselines(runs, substring=substring)
     header = f"Who&When evaluation of {len(runs)} runs from {os.fspath(path)}"
     return "\n".join([header, "", evaluation_table(rows), *notes])
+
+
+def blame_predictions(
+    runs, *, key=0, num_worlds: int = 8, fix: str = "fix", score=None
+) -> tuple[dict, tuple[str, ...]]:
+    """blamejax's answer to "who and when" for every run that has drawn steps: each group of
+    stackable runs (`group_runs`) is blamed exactly under inferred noise (`blame_runs`), and
+    each run's readout gives the agent with the largest summed Shapley value and the
+    earliest step whose fix alone repairs the run (the step with the largest Shapley value
+    where none does). Ties are broken toward the earliest step (the golden labels of
+    Who&When name the earliest decisive step); `step` is an index into `run.steps`.
+
+    **Returns:** `({run id: Prediction}, run ids with no drawn step, left without one)`.
+    """
+    runs = list(runs)
+    predictions = {}
+    for group in group_runs(runs, fix=fix):
+        out = blame_runs(group, key=key, num_worlds=num_worlds, fix=fix, score=score)
+        agents = out.cases.agent_map
+        for f, run in enumerate(group):
+            read = readout(out.result, agents, failure=f)
+            if not read.when:  # it failed outside the steps blamed: no answer
+                continue
+            step = read.earliest_repair or read.when[0]
+            agent = read.who[0] if read.who else None  # ties: the agent who acted first
+            index = [s.name for s in run.steps].index(step)
+            predictions[run.run] = Prediction(agent=agent, step=index)
+    left = tuple(run.run for run in runs if run.run not in predictions)
+    return predictions, left

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
-from ..report import write_atomic
+from ...report import write_atomic
 from ._check import FORMAT, NEG_INF, check_run, parse_line
 
 ERRORS = ("raise", "collect")

@@ -21,25 +21,12 @@ import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 
-from .._replies import check_rule, first_token_candidates, logits_from_top, plain
-from ._check import shown
-from ._format import Run
-from ._langchain import as_chat_completion
+from ..._replies import check_rule, first_token_candidates, logits_from_top, plain
+from ..format._check import shown
+from ..format._format import Run
+from ..importers.spans._langchain import as_chat_completion
+from ._declare import check_options
 from ._nothing import nothing_matched
-
-
-def check_options(options) -> tuple[str, ...]:
-    """`options` checked: a non-empty sequence of distinct non-empty strings."""
-    if isinstance(options, str) or not isinstance(options, Sequence):
-        raise TypeError(f"`options` must be a list of strings, got {shown(options)}")
-    options = tuple(options)
-    if not options or not all(isinstance(o, str) and o for o in options):
-        raise ValueError(
-            f"`options` must be a non-empty list of non-empty strings, got {shown(list(options))}"
-        )
-    if len(set(options)) != len(options):
-        raise ValueError(f"`options` must be distinct, got {shown(list(options))}")
-    return options
 
 
 def logits_from_response(

@@ -11,7 +11,7 @@ none of these applies to has no outcome: a problem naming its root span.
 import math
 from collections.abc import Mapping
 
-from ._check import shown
+from ...format._check import shown
 
 OUTCOME_PASSED = "outcome.passed"
 OUTCOME_SCORE = "outcome.score"

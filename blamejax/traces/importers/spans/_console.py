@@ -11,8 +11,8 @@ times ISO 8601. `ConsoleLogRecordExporter` prints log records the same way (`"bo
 
 import datetime
 
-from ._check import shown
-from ._format import Problem
+from ...format._check import shown
+from ...format._format import Problem
 
 _STATUS = {"UNSET": "UNSET", "OK": "OK", "ERROR": "ERROR"}
 

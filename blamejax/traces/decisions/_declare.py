@@ -16,12 +16,26 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 
-from ._check import shown
-from ._format import Run, Step
+from ..format._check import shown
+from ..format._format import Run, Step
 
 #: How a mapping of declared options is keyed.
 BY = ("agent", "span")
 _MODEL_OPERATIONS = ("chat", "text_completion", "generate_content", "completion")
+
+
+def check_options(options) -> tuple[str, ...]:
+    """`options` checked: a non-empty sequence of distinct non-empty strings."""
+    if isinstance(options, str) or not isinstance(options, Sequence):
+        raise TypeError(f"`options` must be a list of strings, got {shown(options)}")
+    options = tuple(options)
+    if not options or not all(isinstance(o, str) and o for o in options):
+        raise ValueError(
+            f"`options` must be a non-empty list of non-empty strings, got {shown(list(options))}"
+        )
+    if len(set(options)) != len(options):
+        raise ValueError(f"`options` must be distinct, got {shown(list(options))}")
+    return options
 
 
 def is_model_call(step: Step) -> bool:
@@ -161,7 +175,6 @@ def declare_decisions(runs, options, *, accept=None, by: str = "agent") -> list:
     runs = check_runs(runs)
     options = check_table(options, "options", by)
     accept = check_table(accept, "accept", by)
-    from ._logprobs import check_options  # the one check of declared options
 
     matched: set = set()
     out = []

@@ -15,15 +15,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ._attributes import (
+from ..format._check import shown
+from ..importers.spans._attributes import (
     DECISION_ACCEPT,
     DECISION_CHOICE,
     DECISION_FIX_PROBABILITIES,
     DECISION_OPTIONS,
     DECISION_PROBABILITIES,
 )
-from ._check import shown
-from ._logprobs import check_options
+from ._declare import check_options
 
 
 def _probabilities(logits, options, name) -> list[float]:

@@ -14,8 +14,8 @@ import os
 import re
 from pathlib import Path
 
-from ._check import check_run, shown
-from ._format import ERRORS, Problem, Run, Step, deliver, list_files, to_record
+from ..format._check import check_run, shown
+from ..format._format import ERRORS, Problem, Run, Step, deliver, list_files, to_record
 
 #: The file fields that become run fields; every other field is kept in the run's `extra`.
 MAPPED = ("history", "mistake_agent", "mistake_step", "is_correct", "is_corrected")

@@ -13,10 +13,10 @@ import re
 import warnings
 from collections.abc import Mapping
 
-from .._checks import user_stacklevel
+from ...._checks import user_stacklevel
+from ...format._check import check_run
+from ...format._format import ERRORS, Problem, Run, Step, deliver, to_record
 from ._attributes import openinference_fields, otel_fields
-from ._check import check_run
-from ._format import ERRORS, Problem, Run, Step, deliver, to_record
 from ._mlflow import mlflow_fields
 from ._otlp import Bad, hex_id, ordered
 from ._outcomes import check_outcomes, keys_of, outcome

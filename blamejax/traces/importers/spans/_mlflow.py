@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import json
 
+from ...format._check import shown
+from ...format._format import Problem
 from ._attributes import agent_of, decision_fields
-from ._check import shown
-from ._format import Problem
 from ._otlp import hex_id
 
 _STATUS = {

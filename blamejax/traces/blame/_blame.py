@@ -28,12 +28,12 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
-from .._checks import NotAFailureWarning, user_stacklevel
-from ..estimators import exact_blame, mc_shapley
-from ..noise import RUNS_MC_TAG, as_key
-from ..report import CAVEAT
-from ..worlds import inferred_worlds
-from ._format import Run, from_record, to_record
+from ..._checks import NotAFailureWarning, user_stacklevel
+from ...estimators import exact_blame, mc_shapley
+from ...noise import RUNS_MC_TAG, as_key
+from ...report import CAVEAT
+from ...worlds import inferred_worlds
+from ..format._format import Run, from_record, to_record
 
 NO_OPTIONS = "no options (a free-text step: it awaits a scorer)"
 """Why a step without options is not blamed."""

@@ -15,8 +15,8 @@ import base64
 import binascii
 import re
 
-from ._check import shown
-from ._format import Problem
+from ...format._check import shown
+from ...format._format import Problem
 
 _STATUS = {
     0: "UNSET", 1: "OK", 2: "ERROR",

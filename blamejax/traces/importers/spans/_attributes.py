@@ -8,7 +8,7 @@ import json
 import math
 import re
 
-from ._check import shown
+from ...format._check import shown
 from ._otlp import Bad
 
 

@@ -10,9 +10,9 @@ import json
 import re
 from pathlib import Path
 
-from ._check import shown
+from ...format._check import shown
+from ...format._format import Problem, list_files, split_lines
 from ._console import console_log, console_span
-from ._format import Problem, list_files, split_lines
 from ._mlflow import is_mlflow_trace, mlflow_spans
 from ._otlp import read_export
 
