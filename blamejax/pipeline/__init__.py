@@ -3,14 +3,14 @@
 structure found by tracing the pipeline once, and single runs, scores and traces.
 """
 
-from ._context import Choice as Choice
+from ._choice import Choice as Choice
+from ._choice import check_choose_args as check_choose_args
 from ._context import Context as Context
-from ._context import Hard as Hard
-from ._context import Relaxed as Relaxed
 from ._context import World as World
-from ._context import check_choose_args as check_choose_args
 from ._context import world_noise as world_noise
 from ._draws import hard_argmax as hard_argmax
+from ._modes import Hard as Hard
+from ._modes import Relaxed as Relaxed
 from ._plans import DOWNSTREAM as DOWNSTREAM
 from ._plans import Plan as Plan
 from ._plans import StepPlan as StepPlan

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 if TYPE_CHECKING:
-    from ._context import Relaxed
+    from ._modes import Relaxed
 
 _NEG_LARGE = -1e30  # stands in for -inf inside softmax so no row becomes NaN
 

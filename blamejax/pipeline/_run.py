@@ -11,7 +11,8 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-from ._context import Context, Hard, World, world_noise
+from ._context import Context, World, world_noise
+from ._modes import Hard
 from ._plans import Plan, factual_plan
 from ._structure import Structure
 

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._compile import cached
+from ._choice import Choice, check_choose_args
 
 
 class Site(NamedTuple):
@@ -116,8 +117,6 @@ class _Recorder:
         self.draws: list = []  # each draw's index, touched once the pipeline has returned
 
     def choose(self, step, logits, given=None, slot: int = 0):
-        from ._context import Choice, check_choose_args
-
         parents, tabulated = check_choose_args(step, logits, given, slot)
         num_variants, num_options = logits.shape[0], logits.shape[-1]
         for site in self.sites:
