@@ -4,7 +4,8 @@
   applications (`scm`, `traces`, `scorers`, `demos`) only when they are first used;
 - modules inside a subpackage are private: another subpackage imports only the names a
   subpackage's `__init__.py` exports, never a module or a private name of it;
-- the subpackages depend on each other without cycles;
+- the subpackages depend on each other without cycles, and so do the files and sub-folders
+  inside every folder (one known exception, named in `KNOWN_CIRCLES`);
 - compiled functions are cached only in the one compile cache (`blamejax/_compile.py`).
 """
 
@@ -112,6 +113,97 @@ def test_subpackages_form_no_cycle():
 
     for node in sorted(graph):
         visit(node, [])
+
+
+# Circles inside a folder that are known and not yet untied: folder -> the files in it.
+# estimators/: `_batch` takes the checkpoint glue from `_checkpoint`, which takes
+# `BatchSettings`/`BatchState` back from `_batch` (and `_exact` takes the Ctrl-C deferral
+# from `_checkpoint`, `_batch` takes `exact_run` from `_exact`). Issue 39, item 1 unties it;
+# remove the entry then (the test fails while an entry names a folder with no circle).
+KNOWN_CIRCLES = {"estimators": {"_batch", "_checkpoint", "_exact"}}
+
+
+def _targets(path, tree):
+    """The module or package (path parts under blamejax/) each relative import of a file
+    reads, lazy and `TYPE_CHECKING` imports included."""
+    here = path.relative_to(PACKAGE).parts[:-1]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = list(here[: len(here) - (node.level - 1)])
+            target = base + (node.module.split(".") if node.module else [])
+            if node.module:
+                yield tuple(target)
+                continue
+            for alias in node.names:  # `from . import x`: x is a module, or a name of base
+                sub = PACKAGE.joinpath(*target, alias.name)
+                is_module = sub.is_dir() or sub.with_suffix(".py").exists()
+                yield tuple(target + [alias.name]) if is_module else tuple(target)
+
+
+def _circles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected components of more than one node (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(node):
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in sorted(graph.get(node, ())):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = set()
+            while True:
+                other = stack.pop()
+                component.add(other)
+                if other == node:
+                    break
+            if len(component) > 1:
+                found.append(component)
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_circle_inside_any_folder():
+    """Inside every folder of the package, its files and sub-folders (each sub-folder one
+    node, as the subpackages are at the top) import each other without a circle; the
+    folder's own `__init__.py`, which only hands names on, is left out."""
+    modules = list(_modules())
+    folders = sorted(
+        p.relative_to(PACKAGE).parts
+        for p in [PACKAGE, *PACKAGE.rglob("*")]
+        if (p / "__init__.py").exists()
+    )
+    offences, known = [], {}
+    for folder in folders:
+        graph: dict[str, set[str]] = {}
+        for path, tree in modules:
+            parts = path.relative_to(PACKAGE).parts
+            if parts[: len(folder)] != folder or parts[len(folder) :] == ("__init__.py",):
+                continue
+            own = parts[len(folder)].removesuffix(".py")
+            for target in _targets(path, tree):
+                if target[: len(folder)] != folder or len(target) == len(folder):
+                    continue  # outside the folder, or its `__init__.py`
+                if target[len(folder)] != own:
+                    graph.setdefault(own, set()).add(target[len(folder)])
+        name = "/".join(folder) or "blamejax"
+        for circle in _circles(graph):
+            if circle <= KNOWN_CIRCLES.get(name, set()):
+                known[name] = circle
+            else:
+                offences.append(f"{name}/: {sorted(circle)}")
+    assert offences == [], "import circles inside a folder: " + "; ".join(offences)
+    gone = sorted(set(KNOWN_CIRCLES) - set(known))
+    assert not gone, f"KNOWN_CIRCLES names circles that are gone, remove them: {gone}"
 
 
 def test_no_module_level_cache_outside_the_compile_cache():
