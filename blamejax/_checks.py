@@ -1,4 +1,5 @@
-"""Argument checks shared by every entry point: each raises a `TypeError`/`ValueError` that names
+"""Argument checks shared by every entry point that know pipelines, worlds and plans (the plain
+ones, of numbers, flags and choices, are in `blamejax._arguments`): each raises a `TypeError`/`ValueError` that names
 the argument as the user typed it, what was expected and what was received.
 
 They run eagerly, on the host, before anything is compiled.
@@ -9,11 +10,18 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 
 import jax
 import numpy as np
 
+from ._arguments import check_bool as check_bool  # the plain checks, re-exported
+from ._arguments import check_delta as check_delta
+from ._arguments import check_function as check_function
+from ._arguments import check_one_of as check_one_of
+from ._arguments import check_positive_int as check_positive_int
+from ._arguments import check_probability as check_probability
+from ._arguments import check_threshold as check_threshold
 from .noise import as_key as as_key  # checked where keys enter; defined with the noise
 from .pipeline import Hard, Plan, Relaxed, Structure, World, factual_plan
 
@@ -197,61 +205,6 @@ def check_steps(structure: Structure, steps, indices: bool = False) -> tuple[int
     if len(set(players)) != len(players):
         raise ValueError(f"`steps` lists a step twice: {list(steps)}")
     return players
-
-
-def check_delta(delta) -> float:
-    """`delta`, an error level in (0, 1)."""
-    return check_probability(delta, "delta", "an error level")
-
-
-def check_probability(value, argument: str, what: str = "a probability") -> float:
-    """`value`, a number strictly between 0 and 1 (`what` says what it is), as a float."""
-    number = isinstance(value, (int, float, np.integer, np.floating))
-    if not number or isinstance(value, (bool, np.bool_)) or not 0 < value < 1:
-        raise ValueError(f"`{argument}` must be {what} in (0, 1), got {value!r}")
-    return float(value)
-
-
-def check_positive_int(value, argument: str, allow_none: bool = False) -> int | None:
-    """`value`, an int >= 1 (or `None`, where `allow_none`), as a Python int."""
-    if allow_none and value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        expected = "None or a positive int" if allow_none else "a positive int"
-        raise ValueError(f"`{argument}` must be {expected}, got {value!r}")
-    return int(value)
-
-
-def check_bool(value, argument: str) -> bool:
-    """`value`, `True` or `False` (not 0/1, not a string), as a Python bool."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"`{argument}` must be a bool (True or False), got {value!r}")
-    return bool(value)
-
-
-def check_one_of(value, argument: str, options: tuple):
-    """`value`, one of `options` (strings, usually)."""
-    if not isinstance(value, Hashable) or value not in options:  # arrays are not hashable
-        raise ValueError(f"`{argument}` must be one of {tuple(options)}, got {value!r}")
-    return value
-
-
-def check_function(value, argument: str, signature: str, allow_none: bool = True):
-    """`value`, a callable `signature` (e.g. "(k, r, factual) -> Plan"), or `None`."""
-    if (value is None and allow_none) or callable(value):
-        return value
-    expected = ("None or a function " if allow_none else "a function ") + signature
-    raise TypeError(f"`{argument}` must be {expected}, got {value!r}")
-
-
-def check_threshold(threshold) -> float:
-    if (
-        isinstance(threshold, bool)
-        or not isinstance(threshold, (int, float))
-        or not np.isfinite(threshold)
-    ):
-        raise ValueError(f"`threshold` must be a finite number, got {threshold!r}")
-    return float(threshold)
 
 
 def check_mode(mode):

@@ -408,9 +408,9 @@ def test_a_checksummed_but_inconsistent_file_is_refused(tmp_path):
         (
             dict(block_size=0),
             ValueError,
-            "`block_size` must be a positive int (failures per block) or None, got 0",
+            "`block_size` must be None or a positive int, got 0",
         ),
-        (dict(progress="yes"), TypeError, "`progress` must be a bool, got 'yes'"),
+        (dict(progress="yes"), TypeError, "`progress` must be a bool (True or False), got 'yes'"),
     ],
 )
 def test_bad_checkpoint_arguments(kwargs, error, message):

@@ -23,6 +23,14 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
+from .._arguments import (
+    check_bool,
+    check_delta,
+    check_first_checkpoint,
+    check_growth,
+    check_one_of,
+    check_positive_int,
+)
 from .._checks import as_key, check_scores_in_range, leading_size
 from .._game import Game, make_game
 from ..noise import BATCH_MC_TAG, INFERRED_TAG
@@ -251,29 +259,12 @@ def blame_batch(
     `checkpoint` written by a call with other arguments (each one named), a truncated or
     corrupt file, or a newer format; `KeyboardInterrupt` after Ctrl-C, at the end of a block.
     """
-    if noise not in QUESTIONS:
-        raise ValueError(
-            f"`noise` must be one of {sorted(NOISE_MODES)}, got {noise!r} (or, integrated "
-            f"exactly, one of {sorted(EXPECTED_NOISE_MODES)})"
-        )
-    if interval not in INTERVAL_RULES:
-        raise ValueError(f"`interval` must be one of {INTERVAL_RULES}, got {interval!r}")
-    if estimator not in ("auto", "exact", "mc"):
-        raise ValueError(f"`estimator` must be 'auto', 'exact' or 'mc', got {estimator!r}")
-    if not isinstance(num_worlds, (int, np.integer)) or num_worlds < 1:
-        raise ValueError(f"`num_worlds` must be a positive int (W >= 1), got {num_worlds!r}")
-    if isinstance(delta, bool) or not isinstance(delta, (int, float, np.number)):
-        raise TypeError(f"`delta` must be a number in (0, 1), got {delta!r}")
-    if not 0 < delta < 1:
-        raise ValueError(f"`delta` must be in (0, 1), got {delta!r}")
-    if threshold is not None and (
-        isinstance(threshold, bool)
-        or not isinstance(threshold, (int, float, np.number))
-        or not np.isfinite(threshold)
-    ):
-        raise ValueError(
-            f"`threshold` must be a finite number (or None for the top of the range), got {threshold!r}"
-        )
+    noise = _check_noise(noise)
+    interval = check_one_of(interval, "interval", INTERVAL_RULES)
+    estimator = check_one_of(estimator, "estimator", ("auto", "exact", "mc"))
+    num_worlds = check_positive_int(num_worlds, "num_worlds")
+    delta = check_delta(delta)
+    _check_number_or_none(threshold, "threshold", "the top of the range")
     if option_names is not None and not isinstance(option_names, dict):
         raise TypeError(
             f"`option_names` must be a dict {{step: option names}}, got {option_names!r}"
@@ -289,26 +280,10 @@ def blame_batch(
         or num_permutations < 2
     ):
         raise ValueError(f"`num_permutations` must be an int >= 2, got {num_permutations!r}")
-    if (
-        isinstance(first_checkpoint, bool)
-        or not isinstance(first_checkpoint, (int, np.integer))
-        or first_checkpoint < 2
-    ):
-        raise ValueError(
-            f"`first_checkpoint` must be an int >= 2 (failures), got {first_checkpoint!r}"
-        )
-    if (
-        isinstance(growth, bool)
-        or not isinstance(growth, (int, float, np.number))
-        or not 1 + 1e-4 <= growth < np.inf
-    ):
-        raise ValueError(
-            f"`growth` must be a finite number >= 1 + 1e-4 (the checkpoint growth factor), got {growth!r}"
-        )
-    if not isinstance(stop_early, bool):
-        raise TypeError(f"`stop_early` must be a bool, got {stop_early!r}")
-    if max_failures is not None and (not isinstance(max_failures, int) or max_failures < 1):
-        raise ValueError(f"`max_failures` must be a positive int, got {max_failures!r}")
+    first_checkpoint = check_first_checkpoint(first_checkpoint, "failures")
+    growth = check_growth(growth)
+    stop_early = check_bool(stop_early, "stop_early")
+    max_failures = check_positive_int(max_failures, "max_failures", allow_none=True)
     _option_names(option_names, game.structure)  # checked before any work
     if observed is not None:
         expected = (leading_size(cases), len(game.structure.sites))
@@ -334,8 +309,7 @@ def blame_batch(
     if estimator == "auto":
         exact = game.num_players <= EXACT_AUTO_LIMIT or structured_plan(game, cases)[2] is None
         estimator = "exact" if exact else "mc"
-    if not isinstance(keep_coalitions, bool):
-        raise TypeError(f"`keep_coalitions` must be a bool, got {keep_coalitions!r}")
+    keep_coalitions = check_bool(keep_coalitions, "keep_coalitions")
     if keep_coalitions and noise.startswith("expected"):
         raise ValueError(
             f"`keep_coalitions=True` keeps sampled worlds' coalition scores; noise={noise!r} "
@@ -345,35 +319,27 @@ def blame_batch(
         raise ValueError(
             f"`keep_coalitions=True` needs the exact estimator (every coalition's score), got estimator={estimator!r}"
         )
-    if not isinstance(progress, bool):
-        raise TypeError(f"`progress` must be a bool, got {progress!r}")
-    if block_size is not None and (
-        isinstance(block_size, bool)
-        or not isinstance(block_size, (int, np.integer))
-        or block_size < 1
-    ):
-        raise ValueError(
-            f"`block_size` must be a positive int (failures per block) or None, got {block_size!r}"
-        )
+    progress = check_bool(progress, "progress")
+    block_size = check_positive_int(block_size, "block_size", allow_none=True)
     path = None if checkpoint is None else checkpoint_path(checkpoint)
     settings = BatchSettings(
         game=game,
         key=as_key(key),
         noise=noise,
-        num_worlds=int(num_worlds),
+        num_worlds=num_worlds,
         observed=observed,
         threshold=threshold,
         estimator=estimator,
         num_permutations=num_permutations,
         interval=interval,
-        delta=float(delta),
+        delta=delta,
         stop_early=stop_early,
         first_checkpoint=first_checkpoint,
         growth=growth,
         value_range=2.0 * (high - low),
         keep_coalitions=keep_coalitions,
         in_blocks=path is not None or progress,
-        block_size=None if block_size is None else int(block_size),
+        block_size=block_size,
     )
     check_finite_logits(cases)  # before the transfer: host arrays are checked where they are
     cases = jax.tree_util.tree_map(on_device, cases)  # on the device once, sliced there
@@ -407,6 +373,27 @@ def blame_batch(
     if interrupted():
         raise KeyboardInterrupt(batch_interrupt_message(path, state.start, total))
     return _batch_finish(settings, front, state, option_names)
+
+
+def _check_noise(noise) -> str:
+    if not isinstance(noise, str) or noise not in QUESTIONS:
+        raise ValueError(
+            f"`noise` must be one of {sorted(NOISE_MODES)}, got {noise!r} (or, integrated "
+            f"exactly, one of {sorted(EXPECTED_NOISE_MODES)})"
+        )
+    return noise
+
+
+def _check_number_or_none(value, argument: str, default: str) -> None:
+    """`value`, a finite number (Python or NumPy) or `None` (`default`)."""
+    if value is not None and (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float, np.number))
+        or not np.isfinite(value)
+    ):
+        raise ValueError(
+            f"`{argument}` must be a finite number (or None for {default}), got {value!r}"
+        )
 
 
 def _batch_front(settings: BatchSettings, cases, max_failures) -> BatchFront:

@@ -28,6 +28,14 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import PRNGKeyArray
 
+from .._arguments import (
+    check_bool,
+    check_delta,
+    check_first_checkpoint,
+    check_growth,
+    check_one_of,
+    check_positive_int,
+)
 from .._checks import (
     as_key,
     check_scores_in_range,
@@ -126,6 +134,12 @@ def _check_stop(stop, epsilon) -> tuple[str, ...]:
     return names
 
 
+def _check_power_of_two(block_size) -> int:
+    if not isinstance(block_size, int) or block_size < 1 or block_size & (block_size - 1):
+        raise ValueError(f"`block_size` must be a positive power of two, got {block_size!r}")
+    return block_size
+
+
 def _rules_hold(names, values, lower, upper, epsilon) -> np.ndarray:
     """`[F, len(names)]` booleans: which requested rules hold for each failure."""
     out = np.zeros((values.shape[0], len(names)), bool)
@@ -208,7 +222,7 @@ def mc_shapley(
       only) or `"normal"` (asymptotic, no finite-sample guarantee).
     - `stop`: a rule name or a tuple of them (see above); `()` for a fixed budget.
     - `epsilon`: the indifference margin of the rules (and the width of `"width"`).
-    - `first_checkpoint`, `growth`: the checkpoint schedule (`first_checkpoint >= 2`, `growth > 1`).
+    - `first_checkpoint`, `growth`: the checkpoint schedule (`first_checkpoint >= 2`, `growth >= 1 + 1e-4`).
     - `antithetic`: sample each order with its reverse; the pair mean is one sample. It
       helps when an order's and its reverse's marginals are negatively correlated and can
       double the variance per evaluation otherwise (see `blamejax.reduction.sampling_variance`).
@@ -243,18 +257,18 @@ def mc_shapley(
         game,
         cases,
         worlds,
-        key,
+        as_key(key),
         max_evaluations,
-        delta,
-        radius,
-        stop,
-        epsilon,
-        first_checkpoint,
-        growth,
-        antithetic,
-        block_size,
-        lanes,
-        history,
+        stop=_check_stop(stop, epsilon),
+        epsilon=float(epsilon),
+        delta=check_delta(delta),
+        radius=check_one_of(radius, "radius", RADII),
+        first_checkpoint=check_first_checkpoint(first_checkpoint, "samples"),
+        growth=check_growth(growth),
+        antithetic=check_bool(antithetic, "antithetic"),
+        block_size=_check_power_of_two(block_size),
+        lanes=check_positive_int(lanes, "lanes", allow_none=True),
+        history=check_bool(history, "history"),
     )
     worlds, case_ids = split_case_ids(worlds)  # the ids travel to the result, not the programs
     settings = settings._replace(case_ids=case_ids)
@@ -296,23 +310,25 @@ def _interrupted(result: MCResult, k: int, num_checkpoints: int) -> KeyboardInte
 
 
 def _mc_settings(
-    game,
+    game: Game,
     cases,
-    worlds,
+    worlds: World,
     key,
     max_evaluations,
-    delta,
-    radius,
-    stop,
-    epsilon,
-    first_checkpoint,
-    growth,
-    antithetic,
-    block_size,
-    lanes,
-    history,
+    *,
+    stop: tuple[str, ...],
+    epsilon: float,
+    delta: float,
+    radius: str,
+    first_checkpoint: int,
+    growth: float,
+    antithetic: bool,
+    block_size: int,
+    lanes: int | None,
+    history: bool,
 ) -> MCSettings:
-    """Check `mc_shapley`'s own arguments and fix the schedule and the compiled shapes."""
+    """Check what `mc_shapley`'s arguments must agree on (cases, worlds, the budget) and fix
+    the schedule and the compiled shapes; the keyword arguments come checked one by one."""
     num_failures = leading_size(cases)
     n = game.num_players
     if n < 2:
@@ -321,41 +337,20 @@ def _mc_settings(
             "Shapley value is v(all) - v(empty): use exact_blame"
         )
     num_worlds = check_worlds(worlds, num_failures, game.structure)
-    key = as_key(key)
-    if not isinstance(delta, (float, int)) or not 0 < delta < 1:
-        raise ValueError(f"`delta` must be in (0, 1), got {delta!r}")
-    if radius not in RADII:
-        raise ValueError(f"`radius` must be one of {list(RADII)}, got {radius!r}")
-    names = _check_stop(stop, epsilon)
-    epsilon = float(epsilon)
-    if not isinstance(antithetic, bool):
-        raise TypeError(f"`antithetic` must be a bool, got {antithetic!r}")
-    if not isinstance(block_size, int) or block_size < 1 or block_size & (block_size - 1):
-        raise ValueError(f"`block_size` must be a positive power of two, got {block_size!r}")
-    if lanes is not None and (not isinstance(lanes, int) or isinstance(lanes, bool) or lanes < 1):
-        raise ValueError(f"`lanes` must be None or a positive int, got {lanes!r}")
     orders_per_sample = 2 if antithetic else 1
     unit_cost = num_worlds * (n - 1) * orders_per_sample
     unit_computed = num_worlds * scored_prefixes(n) * orders_per_sample
     fixed_cost = 2 * num_worlds
     if not isinstance(max_evaluations, (int, np.integer)) or isinstance(max_evaluations, bool):
         raise TypeError(f"`max_evaluations` must be an int, got {max_evaluations!r}")
-    if (
-        not isinstance(first_checkpoint, (int, np.integer))
-        or isinstance(first_checkpoint, bool)
-        or first_checkpoint < 2
-    ):
-        raise ValueError(
-            f"`first_checkpoint` must be an int >= 2 (samples), got {first_checkpoint!r}"
-        )
     budget = (int(max_evaluations) - fixed_cost) // unit_cost
     # With a fixed budget (`stop=()`) the only checkpoint is the budget: 2 samples (for a
     # sample variance) are enough.
-    first = first_checkpoint if names else 2
+    first = first_checkpoint if stop else 2
     if budget < first:
         label = (
             f"first_checkpoint = {first_checkpoint}"
-            if names
+            if stop
             else "2 (a fixed budget needs a sample variance)"
         )
         raise ValueError(
@@ -363,16 +358,16 @@ def _mc_settings(
             f"{label} samples cost {fixed_cost + first * unit_cost} evaluations here (2 W + t W (n - 1)"
             f"{' x 2' if antithetic else ''}, n = {n}, W = {num_worlds})"
         )
-    schedule = checkpoints(first_checkpoint, growth, budget) if names else (budget,)
+    schedule = checkpoints(first_checkpoint, growth, budget) if stop else (budget,)
     low, high = game.score_range
     num_slots = slots_per_call(num_failures, block_size)
     return MCSettings(
         game=game,
         key=key,
         num_failures=num_failures,
-        stop=names,
+        stop=stop,
         epsilon=epsilon,
-        delta=float(delta),
+        delta=delta,
         radius=radius,
         antithetic=antithetic,
         schedule=tuple(schedule),
@@ -382,7 +377,7 @@ def _mc_settings(
         fixed_cost=fixed_cost,
         num_slots=num_slots,
         num_lanes=lanes_per_iteration(num_slots, unit_computed // prefix_blocks(n)[0], lanes),
-        history=bool(history),
+        history=history,
     )
 
 

@@ -26,6 +26,8 @@ import jax.scipy.special as jsp
 import numpy as np
 import scipy.special
 
+from .._arguments import check_first_checkpoint, check_growth
+
 RULES = ("top1", "ranking", "width")
 """The stopping rules of Monte Carlo Shapley (`stop=`): the top step separated
 (`top1_separated`), the whole ranking separated (`ranking_separated`), or every interval
@@ -46,7 +48,7 @@ def _check_delta_values(delta) -> None:
         return
     values = np.asarray(delta)
     if not np.issubdtype(values.dtype, np.number) or not np.all((values > 0) & (values < 1)):
-        raise ValueError(f"`delta` must be in (0, 1), got {delta!r}")
+        raise ValueError(f"`delta` must be an error level in (0, 1), got {delta!r}")
 
 
 def _check_count(t, minimum: int) -> None:
@@ -185,7 +187,7 @@ def checkpoints(first_checkpoint: int, growth: float, budget: int) -> tuple[int,
 
     **Arguments:**
     - `first_checkpoint`: the first checkpoint, >= 2 (the empirical Bernstein radius needs t >= 2).
-    - `growth`: the growth factor, > 1. Larger growth: fewer looks (a smaller union-bound
+    - `growth`: the growth factor, >= 1 + 1e-4. Larger growth: fewer looks (a smaller union-bound
       penalty) but up to a factor growth more samples than needed when a rule fires.
     - `budget`: the largest number of samples, >= first_checkpoint.
 
@@ -196,18 +198,8 @@ def checkpoints(first_checkpoint: int, growth: float, budget: int) -> tuple[int,
     assert bj.stats.checkpoints(2, 2.0, 20) == (2, 4, 8, 16, 20)
     ```
     """
-    if (
-        not isinstance(first_checkpoint, (int, np.integer))
-        or isinstance(first_checkpoint, bool)
-        or first_checkpoint < 2
-    ):
-        raise ValueError(
-            f"`first_checkpoint` must be an int >= 2 (samples), got {first_checkpoint!r}"
-        )
-    if not isinstance(growth, (int, float, np.floating, np.integer)) or not 1 < growth < math.inf:
-        raise ValueError(
-            f"`growth` must be a finite number > 1 (the checkpoint growth factor), got {growth!r}"
-        )
+    check_first_checkpoint(first_checkpoint, "samples")
+    check_growth(growth)
     if (
         not isinstance(budget, (int, np.integer))
         or isinstance(budget, bool)
@@ -222,7 +214,7 @@ def checkpoints(first_checkpoint: int, growth: float, budget: int) -> tuple[int,
     if looks > 1e6:  # the loop below would take about this many steps
         raise ValueError(
             f"`growth` = {growth!r} is so close to 1 that the schedule from {first_checkpoint} to {budget} "
-            f"samples needs about {looks:.3g} steps; use a growth factor of at least 1 + 1e-4"
+            f"samples needs about {looks:.3g} steps; use a larger growth factor or a smaller budget"
         )
     out: list[int] = []
     k = 0

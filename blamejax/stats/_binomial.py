@@ -12,7 +12,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from .._checks import check_delta
+from .._arguments import check_delta
 
 
 def _z(delta: float) -> float:
