@@ -50,8 +50,14 @@ def check_first_checkpoint(value, unit: str) -> int:
     """`first_checkpoint`, the first look of a checkpoint schedule: an int >= 2 (the
     empirical Bernstein radius needs two samples), counted in `unit` ("samples",
     "failures")."""
-    if not _is_int(value) or value < 2:
-        raise ValueError(f"`first_checkpoint` must be an int >= 2 ({unit}), got {value!r}")
+    return check_int_at_least(value, "first_checkpoint", 2, unit)
+
+
+def check_int_at_least(value, argument: str, low: int, unit: str | None = None) -> int:
+    """`value`, an int >= `low` (counted in `unit`, where given), as a Python int."""
+    if not _is_int(value) or value < low:
+        counted = f" ({unit})" if unit else ""
+        raise ValueError(f"`{argument}` must be an int >= {low}{counted}, got {value!r}")
     return int(value)
 
 

@@ -28,6 +28,7 @@ from .._arguments import (
     check_delta,
     check_first_checkpoint,
     check_growth,
+    check_int_at_least,
     check_one_of,
     check_positive_int,
 )
@@ -274,51 +275,15 @@ def blame_batch(
     threshold = high if threshold is None else float(threshold)
     if not low < threshold <= high:
         raise ValueError(f"`threshold` must lie in ({low}, {high}], got {threshold}")
-    if (
-        isinstance(num_permutations, bool)
-        or not isinstance(num_permutations, (int, np.integer))
-        or num_permutations < 2
-    ):
-        raise ValueError(f"`num_permutations` must be an int >= 2, got {num_permutations!r}")
+    num_permutations = check_int_at_least(num_permutations, "num_permutations", 2)
     first_checkpoint = check_first_checkpoint(first_checkpoint, "failures")
     growth = check_growth(growth)
     stop_early = check_bool(stop_early, "stop_early")
     max_failures = check_positive_int(max_failures, "max_failures", allow_none=True)
     _option_names(option_names, game.structure)  # checked before any work
-    if observed is not None:
-        expected = (leading_size(cases), len(game.structure.sites))
-        if not np.issubdtype(np.asarray(observed).dtype, np.integer):
-            raise ValueError(
-                f"`observed` must be an int array of shape [cases, sites] = {list(expected)}, got "
-                f"dtype {np.asarray(observed).dtype}"
-            )
-        if noise not in ("inferred", "expected-inferred"):  # the message's first form is tested
-            raise ValueError(f"`observed` is used only with noise='inferred', got noise={noise!r}")
-        if np.shape(observed) != expected:
-            raise ValueError(
-                f"`observed` must hold every case's observed option per draw site, shape "
-                f"[cases, sites] = {list(expected)}, got shape {list(np.shape(observed))}"
-            )
-    if noise.startswith("expected"):  # integrated noise: the structured exact path only
-        if estimator == "mc":
-            raise ValueError(
-                f"noise={noise!r} is integrated exactly by the exact estimator's structured "
-                "path; got estimator='mc'"
-            )
-        estimator = "exact"
-    if estimator == "auto":
-        exact = game.num_players <= EXACT_AUTO_LIMIT or structured_plan(game, cases)[2] is None
-        estimator = "exact" if exact else "mc"
-    keep_coalitions = check_bool(keep_coalitions, "keep_coalitions")
-    if keep_coalitions and noise.startswith("expected"):
-        raise ValueError(
-            f"`keep_coalitions=True` keeps sampled worlds' coalition scores; noise={noise!r} "
-            "integrates the worlds and scores no coalition"
-        )
-    if keep_coalitions and estimator != "exact":
-        raise ValueError(
-            f"`keep_coalitions=True` needs the exact estimator (every coalition's score), got estimator={estimator!r}"
-        )
+    _check_observed(observed, noise, cases, game.structure)
+    estimator = _resolved_estimator(estimator, noise, game, cases)
+    keep_coalitions = _check_keep_coalitions(keep_coalitions, noise, estimator)
     progress = check_bool(progress, "progress")
     block_size = check_positive_int(block_size, "block_size", allow_none=True)
     path = None if checkpoint is None else checkpoint_path(checkpoint)
@@ -341,6 +306,12 @@ def blame_batch(
         in_blocks=path is not None or progress,
         block_size=block_size,
     )
+    return _batch_run(settings, cases, max_failures, path, progress, option_names)
+
+
+def _batch_run(settings: BatchSettings, cases, max_failures, path, progress: bool, option_names):
+    """The run of a checked `blame_batch` call: the front, the blocks of failures (each saved
+    to `path` when given; Ctrl-C honoured between them), and the result."""
     check_finite_logits(cases)  # before the transfer: host arrays are checked where they are
     cases = jax.tree_util.tree_map(on_device, cases)  # on the device once, sliced there
     saved = fingerprint = None
@@ -373,6 +344,55 @@ def blame_batch(
     if interrupted():
         raise KeyboardInterrupt(batch_interrupt_message(path, state.start, total))
     return _batch_finish(settings, front, state, option_names)
+
+
+def _check_observed(observed, noise: str, cases, structure) -> None:
+    """`observed`: `None`, or for inferred noise an int array `[cases, sites]`."""
+    if observed is None:
+        return
+    expected = (leading_size(cases), len(structure.sites))
+    if not np.issubdtype(np.asarray(observed).dtype, np.integer):
+        raise ValueError(
+            f"`observed` must be an int array of shape [cases, sites] = {list(expected)}, got "
+            f"dtype {np.asarray(observed).dtype}"
+        )
+    if noise not in ("inferred", "expected-inferred"):  # the message's first form is tested
+        raise ValueError(f"`observed` is used only with noise='inferred', got noise={noise!r}")
+    if np.shape(observed) != expected:
+        raise ValueError(
+            f"`observed` must hold every case's observed option per draw site, shape "
+            f"[cases, sites] = {list(expected)}, got shape {list(np.shape(observed))}"
+        )
+
+
+def _resolved_estimator(estimator: str, noise: str, game: Game, cases) -> str:
+    """`"exact"` or `"mc"`: integrated noise needs the exact estimator; `"auto"` is exact up to
+    `EXACT_AUTO_LIMIT` steps, or where the structured path applies."""
+    if noise.startswith("expected"):  # integrated noise: the structured exact path only
+        if estimator == "mc":
+            raise ValueError(
+                f"noise={noise!r} is integrated exactly by the exact estimator's structured "
+                "path; got estimator='mc'"
+            )
+        estimator = "exact"
+    if estimator == "auto":
+        exact = game.num_players <= EXACT_AUTO_LIMIT or structured_plan(game, cases)[2] is None
+        estimator = "exact" if exact else "mc"
+    return estimator
+
+
+def _check_keep_coalitions(keep_coalitions, noise: str, estimator: str) -> bool:
+    keep_coalitions = check_bool(keep_coalitions, "keep_coalitions")
+    if keep_coalitions and noise.startswith("expected"):
+        raise ValueError(
+            f"`keep_coalitions=True` keeps sampled worlds' coalition scores; noise={noise!r} "
+            "integrates the worlds and scores no coalition"
+        )
+    if keep_coalitions and estimator != "exact":
+        raise ValueError(
+            f"`keep_coalitions=True` needs the exact estimator (every coalition's score), got estimator={estimator!r}"
+        )
+    return keep_coalitions
 
 
 def _check_noise(noise) -> str:
