@@ -5,7 +5,7 @@
 - modules inside a subpackage are private: another subpackage imports only the names a
   subpackage's `__init__.py` exports, never a module or a private name of it;
 - the subpackages depend on each other without cycles, and so do the files and sub-folders
-  inside every folder (one known exception, named in `KNOWN_CIRCLES`);
+  inside every folder (a known exception, while there is one, named in `KNOWN_CIRCLES`);
 - compiled functions are cached only in the one compile cache (`blamejax/_compile.py`).
 """
 
@@ -115,12 +115,10 @@ def test_subpackages_form_no_cycle():
         visit(node, [])
 
 
-# Circles inside a folder that are known and not yet untied: folder -> the files in it.
-# estimators/: `_batch` takes the checkpoint glue from `_checkpoint`, which takes
-# `BatchSettings`/`BatchState` back from `_batch` (and `_exact` takes the Ctrl-C deferral
-# from `_checkpoint`, `_batch` takes `exact_run` from `_exact`). Issue 39, item 1 unties it;
-# remove the entry then (the test fails while an entry names a folder with no circle).
-KNOWN_CIRCLES = {"estimators": {"_batch", "_checkpoint", "_exact"}}
+# Circles inside a folder that are known and not yet untied: folder -> the files in it (none
+# now: estimators/' `_batch` <-> `_checkpoint` circle was untied by `_resume.py` and
+# `_batch_state.py`, issue 39 item 1). The test fails while an entry names a folder with no circle.
+KNOWN_CIRCLES: dict[str, set[str]] = {}
 
 
 def _targets(path, tree):
