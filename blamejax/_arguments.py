@@ -72,6 +72,22 @@ def check_growth(value) -> float:
     return value
 
 
+def check_finite_number(value, argument: str, at_least=None, none_for: str | None = None):
+    """`value`, a finite number (Python or NumPy, not a bool), `>= at_least` where given; or
+    `None` where `none_for` says what `None` stands for. Returned as given."""
+    if value is None and none_for is not None:
+        return None
+    if (
+        not _is_number(value)
+        or not np.isfinite(value)
+        or (at_least is not None and value < at_least)
+    ):
+        bound = "" if at_least is None else f" >= {at_least}"
+        default = "" if none_for is None else f" (or None for {none_for})"
+        raise ValueError(f"`{argument}` must be a finite number{bound}{default}, got {value!r}")
+    return value
+
+
 def check_positive_int(value, argument: str, allow_none: bool = False) -> int | None:
     """`value`, an int >= 1 (or `None`, where `allow_none`), as a Python int."""
     if allow_none and value is None:

@@ -25,6 +25,7 @@ import numpy as np
 from .._arguments import (
     check_bool,
     check_delta,
+    check_finite_number,
     check_first_checkpoint,
     check_growth,
     check_int_at_least,
@@ -215,7 +216,7 @@ def blame_batch(
     estimator = check_one_of(estimator, "estimator", ("auto", "exact", "mc"))
     num_worlds = check_positive_int(num_worlds, "num_worlds")
     delta = check_delta(delta)
-    _check_number_or_none(threshold, "threshold", "the top of the range")
+    check_finite_number(threshold, "threshold", none_for="the top of the range")
     if option_names is not None and not isinstance(option_names, dict):
         raise TypeError(
             f"`option_names` must be a dict {{step: option names}}, got {option_names!r}"
@@ -352,18 +353,6 @@ def _check_noise(noise) -> str:
             f"exactly, one of {sorted(EXPECTED_NOISE_MODES)})"
         )
     return noise
-
-
-def _check_number_or_none(value, argument: str, default: str) -> None:
-    """`value`, a finite number (Python or NumPy) or `None` (`default`)."""
-    if value is not None and (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float, np.number))
-        or not np.isfinite(value)
-    ):
-        raise ValueError(
-            f"`{argument}` must be a finite number (or None for {default}), got {value!r}"
-        )
 
 
 def _batch_front(settings: BatchSettings, cases, max_failures) -> BatchFront:

@@ -31,6 +31,7 @@ from jaxtyping import PRNGKeyArray
 from .._arguments import (
     check_bool,
     check_delta,
+    check_finite_number,
     check_first_checkpoint,
     check_growth,
     check_one_of,
@@ -123,12 +124,7 @@ def _check_stop(stop, epsilon) -> tuple[str, ...]:
                 f"{list(RULES)} (and 'budget', always active)"
             )
     names = tuple(dict.fromkeys(s for s in names if s != "budget"))
-    if (
-        not isinstance(epsilon, (int, float, np.floating, np.integer))
-        or not np.isfinite(epsilon)
-        or epsilon < 0
-    ):
-        raise ValueError(f"`epsilon` must be a finite number >= 0, got {epsilon!r}")
+    check_finite_number(epsilon, "epsilon", at_least=0)
     if "width" in names and epsilon <= 0:
         raise ValueError("the 'width' rule needs `epsilon` > 0 (the widest interval allowed)")
     return names

@@ -32,15 +32,14 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
-from .._checks import (
+from .._arguments import (
     check_delta,
     check_function,
-    check_hard_mode,
     check_one_of,
     check_positive_int,
-    check_steps,
     check_threshold,
 )
+from .._checks import check_hard_mode, check_steps
 from .._compile import cached
 from .._game import discover_checked
 from ..pipeline import (

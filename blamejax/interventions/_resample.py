@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from .._checks import check_positive_int, check_threshold
+from .._arguments import check_positive_int, check_threshold
 from .._compile import compiled
 from ..pipeline import Hard, Plan, StepPlan, plan_values
 from ..reduction import attribute
