@@ -15,13 +15,7 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
-from ._arguments import check_bool as check_bool  # the plain checks, re-exported
-from ._arguments import check_delta as check_delta
-from ._arguments import check_function as check_function
-from ._arguments import check_one_of as check_one_of
-from ._arguments import check_positive_int as check_positive_int
-from ._arguments import check_probability as check_probability
-from ._arguments import check_threshold as check_threshold
+from ._arguments import check_threshold as check_threshold  # traces' read-outs still ask here
 from .noise import as_key as as_key  # checked where keys enter; defined with the noise
 from .pipeline import Hard, Plan, Relaxed, Structure, World, factual_plan
 
