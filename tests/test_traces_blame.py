@@ -332,9 +332,14 @@ def test_readout_of_monte_carlo_and_batch_results():
         max_evaluations=400,
         stop=(),
     )
-    read = bj.traces.readout(mc, REFUND_AGENTS, failure=1)
-    np.testing.assert_array_equal(read.per_step, np.asarray(mc.values[1], np.float64))
+    read = bj.traces.readout(mc, REFUND_AGENTS, failure=0)  # case 0 fails: no repair to name
+    np.testing.assert_array_equal(read.per_step, np.asarray(mc.values[0], np.float64))
+    assert float(mc.empty[0]) < 1.0
     assert read.earliest_repair is None and "no fix-alone" in read.repair_note
+    read = bj.traces.readout(mc, REFUND_AGENTS, failure=1)  # case 1's factual replay passes
+    np.testing.assert_array_equal(read.per_step, np.asarray(mc.values[1], np.float64))
+    assert float(mc.empty[1]) == 1.0
+    assert read.earliest_repair is None and "not a failure at these steps" in read.repair_note
     batch = bj.blame_batch(bj.demos.refund_pipeline, bj.demos.refund_cases(num_cases=20), 0)
     read = bj.traces.readout(batch, REFUND_AGENTS)
     np.testing.assert_array_equal(read.per_step, batch.shapley[0])
