@@ -106,18 +106,7 @@ def shapley_values(
     ```
     """
     if isinstance(worlds, ExpectedWorlds):
-        _check_expected_mode(mode)
-        result = expected_attribution(
-            pipeline,
-            case,
-            worlds,
-            steps=steps,
-            fixes=fixes,
-            interactions=interactions,
-            score_range=score_range,
-        )
-        _check_values(case, result.empty, result.full, score_range, expected=True)
-        return result
+        return _expected(pipeline, case, worlds, mode, steps, fixes, interactions, score_range)
     mode = Relaxed(0.5) if mode is None else mode
     structure, players, variants = _structure_and_players(
         pipeline, case, steps, fixes, mode, worlds
@@ -146,19 +135,8 @@ def total_repair(
     `Relaxed(0.5)` mode unless `mode` says otherwise. Only the two runs are evaluated, not
     the whole coalition table."""
     if isinstance(worlds, ExpectedWorlds):
-        _check_expected_mode(mode)
-        result = expected_attribution(
-            pipeline,
-            case,
-            worlds,
-            steps=steps,
-            fixes=fixes,
-            interactions=False,
-            score_range=score_range,
-        )
-        full, empty = result.full, result.empty
-        _check_values(case, jnp.minimum(full, empty), jnp.maximum(full, empty), score_range)
-        return full - empty
+        result = _expected(pipeline, case, worlds, mode, steps, fixes, False, score_range)
+        return result.full - result.empty
     mode = Relaxed(0.5) if mode is None else mode
     structure, players, variants = _structure_and_players(
         pipeline, case, steps, fixes, mode, worlds
@@ -204,6 +182,25 @@ def check_enumerable(n: int, max_steps: int) -> None:
             "path at any n). Use Monte Carlo sampling (blamejax.mc_shapley) or raise "
             "`max_steps` deliberately"
         )
+
+
+def _expected(pipeline, case, worlds, mode, steps, fixes, interactions, score_range):
+    """The attribution under `expected_worlds`, with the eager checks: the lower and higher of
+    v(empty) and v(all) against `score_range` (a fix may lower the score)."""
+    _check_expected_mode(mode)
+    result = expected_attribution(
+        pipeline,
+        case,
+        worlds,
+        steps=steps,
+        fixes=fixes,
+        interactions=interactions,
+        score_range=score_range,
+    )
+    low = jnp.minimum(result.empty, result.full)
+    high = jnp.maximum(result.empty, result.full)
+    _check_values(case, low, high, score_range, expected=True)
+    return result
 
 
 def _check_expected_mode(mode) -> None:
