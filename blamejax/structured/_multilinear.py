@@ -78,6 +78,8 @@ class Elimination(NamedTuple):
     - `chain`: whether each draw reads at most the draw before it, one draw per step, and
       every factor at most one site: the recursion is then a `lax.scan` over the draws
       (`chain_gains`), and the compiled program does not grow with n.
+    - `scan`: whether the general contraction runs as one `lax.scan` over the draws
+      (`_scan`; chosen by `structured_plan` for long pipelines), else draw by draw.
     """
 
     ops: tuple[SiteOp, ...]
@@ -87,6 +89,7 @@ class Elimination(NamedTuple):
     width: int
     widest: tuple[int, ...]
     chain: bool = False
+    scan: bool = False
 
     @property
     def num_players(self) -> int:

@@ -1,5 +1,7 @@
 """Whether the structured path applies to a game (`structured_plan`): a tabulated pipeline,
-hard mode, and a frontier and score table narrow enough to hold; else why not, in words."""
+hard mode, and a frontier and score table narrow enough to hold; else why not, in words.
+And how its contraction runs: a chain's two scans, the general contraction as one scan over
+the draws (`_scan`) for a long pipeline, or draw by draw."""
 
 from __future__ import annotations
 
@@ -9,9 +11,15 @@ from .._game import Game
 from ..pipeline import Hard
 from ._graph import find_graph
 from ._multilinear import elimination
+from ._scan import scan_layout
 
 # The most joint options the frontier (or the score's table) may hold.
 DEFAULT_MAX_STATES = 2**16
+
+# The fewest draws for which a pipeline that is no chain runs its contraction as one scan
+# (`_scan`): a program that does not grow with n. Shorter ones keep the contraction draw by
+# draw, whose values are the same bit for bit as before the scan existed.
+SCAN_MIN_SITES = 32
 
 
 def structured_plan(game: Game, cases, max_states: int = DEFAULT_MAX_STATES):
@@ -80,4 +88,8 @@ def structured_plan(game: Game, cases, max_states: int = DEFAULT_MAX_STATES):
                 "failure and world at each draw)"
             ),
         )
+    if not elim.chain and len(elim.ops) >= SCAN_MIN_SITES:
+        layout = scan_layout(elim)
+        if layout is not None and layout.states <= max_states:
+            elim = elim._replace(scan=True)
     return elim, graph, None

@@ -5,6 +5,7 @@ general contraction (`_multilinear`) or, for a chain, by its two scans (`_chain`
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import jax
@@ -19,6 +20,7 @@ from ._expected_chain import (
     chain_values_expected,
 )
 from ._multilinear import Elimination, direct_runs, extension, quadrature, reachable
+from ._scan import scan_extension, scan_layout, scan_reachable, scan_runs, stack_maps, stack_unary
 
 
 class WorldBlame(NamedTuple):
@@ -136,6 +138,8 @@ def world_blame(
     t = jnp.broadcast_to(jnp.asarray(points, dtype)[:, None], (points.size, n))
     eye = np.eye(n, dtype=bool)
     bits = jnp.asarray(np.concatenate([np.zeros((1, n), bool), np.ones((1, n), bool), eye]))
+    layout = scan_layout(elim) if elim.scan and not elim.chain else None
+    stacked = None if layout is None else stack_maps(layout, elim, maps)
     if elim.chain:
         fact, fix = chain if chain is not None else chain_arrays(elim, maps)
         reach, invalid = chain_reachable(elim, fact, fix, dtype)
@@ -143,6 +147,9 @@ def world_blame(
             reach[s[0], : t_.shape[0]] if s else jnp.ones((), dtype)
             for s, t_ in zip(elim.factors, tables)
         )
+    elif layout is not None:  # one scan over the draws (`_scan`)
+        seen = (stacked > 0).astype(dtype) if expected else stacked
+        masks, invalid = scan_reachable(layout, elim, seen, dtype)
     elif expected:
         masks, invalid = reachable(elim, tuple((m > 0).astype(dtype) for m in maps), dtype)
     else:
@@ -150,6 +157,11 @@ def world_blame(
     low, high, bad = _range(masks, tables)
     bad = bad | invalid
     safe = tuple(jnp.where((m > 0) & jnp.isfinite(x), x, 0) for m, x in zip(masks, tables))
+    if layout is not None:
+        rows = stack_unary(layout, safe, dtype)
+        forward = functools.partial(scan_extension, layout, elim, stacked, rows, safe)
+    else:
+        forward = functools.partial(extension, elim, maps, safe)
     if elim.chain:
         unary, constant = chain_factors(elim, safe, dtype)
         player = np.asarray(elim.site_player)
@@ -163,10 +175,12 @@ def world_blame(
         )
         options, run_invalid, runs = chain_runs(elim, fact, fix, unary, constant, bits)
     else:
-        gains = jax.grad(lambda t: extension(elim, maps, safe, t).sum())(t)  # [points, n]
+        gains = jax.grad(lambda t: forward(t).sum())(t)  # [points, n]
         if expected:  # the expected scores of the runs: F at the cube's corners
-            runs = extension(elim, maps, safe, bits.astype(dtype))
+            runs = forward(bits.astype(dtype))
             options, run_invalid = None, jnp.zeros((), bool)
+        elif layout is not None:
+            options, run_invalid, runs = scan_runs(layout, elim, stacked, safe, bits)
         else:
             options, run_invalid, runs = direct_runs(elim, maps, safe, bits)
     w = jnp.asarray(weights, dtype)
@@ -176,7 +190,7 @@ def world_blame(
     if interactions:
 
         def hessian(point):
-            return jax.hessian(lambda u: extension(elim, maps, safe, u[None])[0])(point)
+            return jax.hessian(lambda u: forward(u[None])[0])(point)
 
         H = jax.vmap(hessian)(t[2:])  # [m, n, n]
         pairs = jnp.einsum("m,mij->ij", w, H)
