@@ -8,8 +8,8 @@ import dataclasses
 from collections.abc import Callable
 
 from ..traces import Run
-from ._request import check_request
 from ._scorer import Scorer
+from ._trace_rows import ask_row, check_row_request, check_scorer, check_step_names
 
 
 def score_fixes(runs, scorer: Scorer, request: Callable, *, fix: str = "fix", steps=None) -> list:
@@ -46,12 +46,8 @@ def score_fixes(runs, scorer: Scorer, request: Callable, *, fix: str = "fix", st
     assert float(bj.traces.blame_runs([run], num_worlds=4).result.shapley[0, 0]) > 0
     ```
     """
-    if not isinstance(scorer, Scorer):
-        raise TypeError(f"`scorer` must be a bj.scorers.Scorer, got {scorer!r}")
-    if not callable(request):
-        raise TypeError(
-            f"`request` must be a function (run, step, variant, parent) -> Request, got {request!r}"
-        )
+    scorer = check_scorer(scorer)
+    request = check_row_request(request)
     if not isinstance(fix, str) or fix == "factual":
         raise ValueError(f"`fix` must be the name of a fix variant (not 'factual'), got {fix!r}")
     if (
@@ -60,10 +56,7 @@ def score_fixes(runs, scorer: Scorer, request: Callable, *, fix: str = "fix", st
         or not all(isinstance(r, Run) for r in runs)
     ):
         raise TypeError(f"`runs` must be a list of bj.traces.Run, got {runs!r:.80}")
-    if isinstance(steps, str):
-        raise TypeError(
-            f"`steps` must be a list of step names or None, got the string {steps!r}; write [{steps!r}]"
-        )
+    steps = check_step_names(steps, "steps")
     wanted = None if steps is None else set(steps)
     rows, requests = [], []  # rows: (run index, step index, parent option index or None)
     for r, run in enumerate(runs):
@@ -75,14 +68,9 @@ def score_fixes(runs, scorer: Scorer, request: Callable, *, fix: str = "fix", st
                 continue
             parents = [None] if step.given is None else list(by_name[step.given].options)
             for g, parent in enumerate(parents):
-                made = check_request(request(run, step, fix, parent), where="request(...)")
-                if made.options != tuple(step.options):
-                    raise ValueError(
-                        f"`request` returned options {list(made.options)} for step {step.name!r} of run "
-                        f"{run.run!r}, expected its options {list(step.options)}"
-                    )
+                where = f"step {step.name!r} of run {run.run!r}"
+                requests.append(ask_row(request, run, step, fix, parent, where))
                 rows.append((r, s, None if parent is None else g))
-                requests.append(made)
     if not requests:
         which = "" if wanted is None else f" among {sorted(wanted)}"
         raise ValueError(

@@ -24,8 +24,8 @@ from ..pipeline import discover, world_noise
 from ..structured import site_logits, site_maps
 from ..traces import Run, TraceCases, blame_runs, trace_cases
 from ..worlds import inferred_worlds
-from ._request import check_request
 from ._scorer import Scorer
+from ._trace_rows import ask_row, check_row_request, check_scorer, check_step_names
 
 
 class LazyFill(NamedTuple):
@@ -132,14 +132,37 @@ def fill_lazily(
     out = fill.blame()
     ```
     """
-    if not isinstance(scorer, Scorer):
-        raise TypeError(f"`scorer` must be a bj.scorers.Scorer, got {scorer!r}")
-    if not callable(request):
-        raise TypeError(
-            f"`request` must be a function (run, step, variant, parent) -> Request, got {request!r}"
-        )
+    scorer = check_scorer(scorer)
+    request = check_row_request(request)
     if isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < 1:
         raise ValueError(f"`max_rounds` must be an integer >= 1, got {max_rounds!r}")
+    runs = _check_runs(runs)
+    scored, players = _steps_to_score(runs[0], check_step_names(players, "players"))
+    tc = trace_cases([_placeholder(r, players, fix) for r in runs], fix=fix, score=score)
+    tables = _Tables(tc, scored)
+    ask = _row_asker(request, runs, tc, tables, fix)
+
+    def score_rows(rows):
+        tables.fill(rows, scorer.score([ask(row) for row in rows]))
+        return len(rows)
+
+    # Round 1: the factual rows on the observed path, from which the noise is abducted.
+    calls, rounds = score_rows(_observed_rows(tc, tables)), 1
+    key = as_key(key)
+    worlds = inferred_worlds(tc.pipeline, tables.cases(), tc.observed, key, num_worlds)
+    maps_in = _maps_in_worlds(tc, tables, worlds)
+    while rows := _reached_unknown_rows(tc, tables, maps_in()):
+        if rounds >= max_rounds:
+            raise RuntimeError(
+                f"lazy filling did not finish within `max_rounds`={max_rounds} batches"
+            )
+        calls, rounds = calls + score_rows(rows), rounds + 1
+    filled = tc._replace(cases=tables.cases())
+    return LazyFill(filled, tables.known, worlds, calls, tables.naive, rounds, key, num_worlds)
+
+
+def _check_runs(runs) -> list[Run]:
+    """`runs`, a non-empty list (or tuple) of `Run`s, as a list."""
     runs = list(runs) if isinstance(runs, (list, tuple)) else runs
     if not isinstance(runs, list) or not runs or not all(isinstance(r, Run) for r in runs):
         got = (
@@ -148,123 +171,140 @@ def fill_lazily(
             else f"{runs!r:.80}"
         )
         raise TypeError(f"`runs` must be a non-empty list of bj.traces.Run, got {got}")
-    if isinstance(players, str):
-        raise TypeError(
-            f"`players` must be a list of step names or None, got the string {players!r}; write [{players!r}]"
-        )
+    return runs
+
+
+def _steps_to_score(run: Run, players) -> tuple[list[str], set[str]]:
+    """The decision steps of `run` to score (options and a choice, no logits) and the players
+    among them (every one for `players=None`)."""
     scored = [
         s.name
-        for s in runs[0].steps
+        for s in run.steps
         if s.options is not None and s.choice is not None and s.logits is None
     ]
     if not scored:
-        raise ValueError(
-            f"run {runs[0].run!r} has no decision step without logits: nothing to score"
-        )
+        raise ValueError(f"run {run.run!r} has no decision step without logits: nothing to score")
     players = set(scored if players is None else players)
     unknown = players - set(scored)
     if unknown:
         raise ValueError(
             f"`players` {sorted(unknown)} are not decision steps to score (options and a choice, no logits)"
         )
-    tc = trace_cases([_placeholder(r, players, fix) for r in runs], fix=fix, score=score)
-    logits = {name: np.array(table, np.float64) for name, table in tc.cases["logits"].items()}
-    known = {}
-    for name in tc.steps:
-        table = logits[name]  # [F, V, K] or [F, V, K_given, K]
-        given = table.ndim == 4
-        known[name] = np.full(
-            table.shape[:2] + (table.shape[2] if given else 1,), name not in scored
-        )
-    fixed = {name: tc.pipeline.given[i] for i, name in enumerate(tc.steps)}
-    by_run = {r.run: r for r in runs}
-    steps_of = {r.run: {s.name: s for s in r.steps} for r in runs}
-    naive = sum(int(k.size) for name, k in known.items() if name in scored)
+    return scored, players
 
-    def score_rows(rows):
-        requests = []
-        for f, name, v, g in rows:
-            run = by_run[tc.runs[f]]
-            step = steps_of[run.run][name]
-            parent = None if fixed[name] is None else tc.options[fixed[name]][g]
-            made = check_request(
-                request(run, step, "factual" if v == 0 else fix, parent), where="request(...)"
-            )
-            if made.options != tuple(step.options):
-                raise ValueError(
-                    f"`request` returned options {list(made.options)} for step {name!r}, expected its options {list(step.options)}"
-                )
-            requests.append(made)
-        for (f, name, v, g), row in zip(rows, scorer.score(requests)):
-            target = logits[name][f, v] if fixed[name] is None else logits[name][f, v, g]
+
+class _Tables:
+    """The logits tables being filled (float64, rows not yet scored hold 0.0) and which rows
+    are known: `logits[step]` `[F, V, K]` or `[F, V, K_given, K]`, `known[step]`
+    `[F, V, K_given]` (K_given = 1 without `given`); `given[step]`, the index of the step it
+    reads, or None."""
+
+    def __init__(self, tc: TraceCases, scored: list[str]):
+        self.tc = tc
+        self.logits = {
+            name: np.array(table, np.float64) for name, table in tc.cases["logits"].items()
+        }
+        self.known = {}
+        for name in tc.steps:
+            table = self.logits[name]
+            rows = table.shape[2] if table.ndim == 4 else 1
+            self.known[name] = np.full(table.shape[:2] + (rows,), name not in scored)
+        self.given = {name: tc.pipeline.given[i] for i, name in enumerate(tc.steps)}
+        self.naive = sum(int(k.size) for name, k in self.known.items() if name in scored)
+
+    def fill(self, rows, answers) -> None:
+        """Write the scored `answers` into `rows` `(f, step, v, g)` and mark them known."""
+        for (f, name, v, g), row in zip(rows, answers):
+            table = self.logits[name]
+            target = table[f, v] if self.given[name] is None else table[f, v, g]
             target[...] = row
-            known[name][f, v, g] = True
+            self.known[name][f, v, g] = True
 
-    def cases():
-        out = dict(tc.cases)
-        out["logits"] = {name: table.copy() for name, table in logits.items()}
+    def cases(self) -> dict:
+        """The trace cases with a copy of the tables as they are now."""
+        out = dict(self.tc.cases)
+        out["logits"] = {name: table.copy() for name, table in self.logits.items()}
         return out
 
-    # Round 1: the factual rows on the observed path, from which the noise is abducted.
-    first = []
+
+def _row_asker(request, runs: list[Run], tc: TraceCases, tables: _Tables, fix: str):
+    """A function of one row `(f, step, v, g)`: the checked `Request` for it."""
+    steps_of = {r.run: (r, {s.name: s for s in r.steps}) for r in runs}
+
+    def ask(row):
+        f, name, v, g = row
+        run, steps = steps_of[tc.runs[f]]
+        given = tables.given[name]
+        parent = None if given is None else tc.options[given][g]
+        variant = "factual" if v == 0 else fix
+        return ask_row(request, run, steps[name], variant, parent, f"step {name!r}")
+
+    return ask
+
+
+def _observed_rows(tc: TraceCases, tables: _Tables) -> list:
+    """The factual rows `(f, step, 0, g)` on each run's observed path not yet known."""
+    rows = []
     for f in range(len(tc.runs)):
         for name in tc.steps:
-            g = 0 if fixed[name] is None else int(tc.observed[f, fixed[name]])
-            if not known[name][f, 0, g]:
-                first.append((f, name, 0, g))
-    score_rows(first)
-    calls, rounds = len(first), 1
-    key = as_key(key)
-    worlds = inferred_worlds(tc.pipeline, cases(), tc.observed, key, num_worlds)
-    structure = discover(tc.pipeline, jax.tree_util.tree_map(lambda x: x[0], cases()))
+            given = tables.given[name]
+            g = 0 if given is None else int(tc.observed[f, given])
+            if not tables.known[name][f, 0, g]:
+                rows.append((f, name, 0, g))
+    return rows
+
+
+def _maps_in_worlds(tc: TraceCases, tables: _Tables, worlds):
+    """A function of no argument: under the rows known so far, what each step chooses in
+    each world for every (variant, parent option) row, per step `[F, W, V, *K_given]`
+    (unknown rows hold 0.0: their maps are not read)."""
+    structure = discover(tc.pipeline, jax.tree_util.tree_map(lambda x: x[0], tables.cases()))
     site_of = {site.step: i for i, site in enumerate(structure.sites)}
     if sorted(site_of) != sorted(tc.steps):
         raise AssertionError(
             f"the trace pipeline's sites {list(site_of)} are not its steps {tc.steps}"
         )
     maps_of = _maps_function(tc.pipeline, structure)
-    player_bits = [(0, 1) if name in tc.players else (0,) for name in tc.steps]
-    while True:
-        # What each step chooses in each world for every (variant, parent option) row, under
-        # the rows known so far (unknown rows hold 0.0: their maps are not read).
-        maps = [np.asarray(m) for m in maps_of(cases(), worlds)]  # per site [F, W, V, *K_given]
-        needed = set()
-        for f in range(len(tc.runs)):
-            # The options each step reaches in some coalition, per world: a trace pipeline's
-            # steps read at most one given step, so a step reaches what any reached option of
-            # its parent leads to under its factual row or, for a player, its fix row.
-            reach = {}
-            for i, name in enumerate(tc.steps):
-                parent = fixed[name]
-                best = maps[site_of[name]][f]  # [W, V] or [W, V, K_given]
-                options = np.zeros((best.shape[0], len(tc.options[i])), bool)
-                sources = [None] if parent is None else range(reach[tc.steps[parent]].shape[1])
-                for g in sources:
-                    worlds_here = (
-                        np.ones(best.shape[0], bool) if g is None else reach[tc.steps[parent]][:, g]
-                    )
-                    if not worlds_here.any():
+
+    def maps():
+        per_site = [np.asarray(m) for m in maps_of(tables.cases(), worlds)]
+        return {name: per_site[site_of[name]] for name in tc.steps}
+
+    return maps
+
+
+def _reached_unknown_rows(tc: TraceCases, tables: _Tables, maps: dict) -> list:
+    """The rows some coalition reaches in some world and that are not known yet, in order of
+    run, step, variant and parent option.
+
+    The options each step reaches in some coalition, per world: a trace pipeline's steps read
+    at most one given step, so a step reaches what any reached option of its parent leads to
+    under its factual row or, for a player, its fix row."""
+    needed = set()
+    for f in range(len(tc.runs)):
+        reach = {}
+        for i, name in enumerate(tc.steps):
+            parent = tables.given[name]
+            best = maps[name][f]  # [W, V] or [W, V, K_given]
+            options = np.zeros((best.shape[0], len(tc.options[i])), bool)
+            sources = [None] if parent is None else range(reach[tc.steps[parent]].shape[1])
+            variants = (0, 1) if name in tc.players else (0,)
+            for g in sources:
+                worlds_here = (
+                    np.ones(best.shape[0], bool) if g is None else reach[tc.steps[parent]][:, g]
+                )
+                if not worlds_here.any():
+                    continue
+                for v in variants:
+                    gg = 0 if g is None else g
+                    if not tables.known[name][f, v, gg]:
+                        needed.add((f, name, v, gg))
                         continue
-                    for v in player_bits[i]:
-                        gg = 0 if g is None else g
-                        if not known[name][f, v, gg]:
-                            needed.add((f, name, v, gg))
-                            continue
-                        chosen = best[:, v] if g is None else best[:, v, g]
-                        ok = worlds_here & (chosen >= 0)
-                        options[np.flatnonzero(ok), chosen[ok]] = True
-                reach[name] = options
-        if not needed:
-            break
-        if rounds >= max_rounds:
-            raise RuntimeError(
-                f"lazy filling did not finish within `max_rounds`={max_rounds} batches"
-            )
-        rows = sorted(needed, key=lambda r: (r[0], tc.steps.index(r[1]), r[2], r[3]))
-        score_rows(rows)
-        calls, rounds = calls + len(rows), rounds + 1
-    filled = tc._replace(cases=cases())
-    return LazyFill(filled, known, worlds, calls, naive, rounds, key, num_worlds)
+                    chosen = best[:, v] if g is None else best[:, v, g]
+                    ok = worlds_here & (chosen >= 0)
+                    options[np.flatnonzero(ok), chosen[ok]] = True
+            reach[name] = options
+    return sorted(needed, key=lambda r: (r[0], tc.steps.index(r[1]), r[2], r[3]))
 
 
 @compiled("scorers.maps")

@@ -232,6 +232,13 @@ class Scorer:
         return self.name
 
 
+def check_scorer(scorer, argument: str = "scorer") -> Scorer:
+    """`scorer`, a `Scorer` (a plain function is refused: wrap it in `FunctionScorer`)."""
+    if not isinstance(scorer, Scorer):
+        raise TypeError(f"`{argument}` must be a bj.scorers.Scorer, got {scorer!r}")
+    return scorer
+
+
 def _check_text(text, request: TextRequest, *, who: str) -> str:
     if not isinstance(text, str):
         raise ReplyError(
