@@ -184,20 +184,9 @@ def _resample_plans(
     return Plan(tuple(steps), tuple(None for _ in structure.values), forced_sites)
 
 
-def _contrastive_function(
-    pipeline, structure, players, num_rollouts, downstream, baseline, threshold, mode, intervention
-):
-    key = (
-        pipeline,
-        structure,
-        players,
-        num_rollouts,
-        downstream,
-        baseline,
-        threshold,
-        mode,
-        intervention,
-    )
+def _contrastive_function(*key):
+    """`_build_rollout_function(*key)`, built once per key: (pipeline, structure, players,
+    num_rollouts, downstream, baseline, threshold, mode, intervention)."""
     return cached("contrastive", key, lambda: _build_rollout_function(*key))
 
 
@@ -307,18 +296,7 @@ def contrastive(
     )
     downstream = check_one_of(downstream, "downstream", DOWNSTREAM)
     baseline = check_one_of(baseline, "baseline", BASELINES)
-    intervention = check_function(intervention, "intervention", "(k, r, factual) -> Plan")
-    if intervention is not None and downstream != "held":
-        raise ValueError(
-            "`downstream` applies to the default re-draw only; a custom `intervention` sets its "
-            "own downstream rule (pass downstream=... to the do_* operators it uses)"
-        )
-    if intervention is not None and baseline == "rollouts":
-        raise ValueError(
-            "`baseline='rollouts'` is defined for the default re-draw (its baseline keeps "
-            "step k and applies the same downstream rule); use baseline='factual' with a "
-            "custom `intervention`"
-        )
+    intervention = _check_intervention(intervention, downstream, baseline)
     threshold = check_threshold(threshold)
     delta = check_delta(delta)
     mode = check_hard_mode(mode, "the contrastive estimator counts bad runs")
@@ -334,36 +312,16 @@ def contrastive(
         intervention,
     )
     bad, factual_bad, base_bad, nonfinite = (np.asarray(x) for x in function(cases, worlds))
-    if nonfinite.any():
-        raise ValueError(
-            f"the pipeline returned non-finite scores ({int(nonfinite.sum())} runs); check its "
-            "logits and score"
-        )
-    n, runs = len(players), num_worlds * num_rollouts
-    level = delta / n
-    if baseline == "factual":
-        mixed = np.flatnonzero(factual_bad.any(axis=1) & ~factual_bad.all(axis=1))
-        if mixed.size:
-            f = int(mixed[0])
-            raise ValueError(
-                f"run {f} is bad in {int(factual_bad[f].sum())} of its {num_worlds} worlds, so "
-                "`baseline='factual'` (1[factual run bad]) is not fixed; use worlds that "
-                "reproduce the run (recorded or inferred) or `baseline='rollouts'`"
-            )
-        base_count = np.broadcast_to(factual_bad[:, :1].astype(np.int32), bad.shape)
-        base = base_count.astype(np.float64)
-        p_low, p_high = wilson_interval(bad, runs, level)
-        low, high = base - p_high, base - p_low
-    else:
-        base_count = base_bad.astype(np.int32)
-        base = base_count / runs
-        low, high = newcombe_interval(base_count, runs, bad, runs, level)
-    p_bad = bad / runs
-    label = (
-        "do_resample(k)"
-        if intervention is None
-        else getattr(intervention, "__name__", "intervention")
+    _check_outcomes(nonfinite, factual_bad if baseline == "factual" else None)
+    runs = num_worlds * num_rollouts
+    base_count, base, low, high = _effect_intervals(
+        bad,
+        factual_bad[:, 0],
+        base_bad if baseline == "rollouts" else None,
+        runs,
+        delta / len(players),
     )
+    p_bad = bad / runs
     return ContrastiveResult(
         steps=tuple(structure.steps[p] for p in players),
         num_bad=jnp.asarray(bad, jnp.int32),
@@ -378,8 +336,65 @@ def contrastive(
         delta=delta,
         downstream=downstream if intervention is None else "set by the intervention",
         baseline_kind=baseline,
-        intervention=label,
+        intervention=_label(intervention),
     )
+
+
+def _check_intervention(intervention, downstream: str, baseline: str):
+    """`intervention`, `None` or a function `(k, r, factual) -> Plan`; a custom one sets its
+    own downstream rule and takes the factual baseline."""
+    intervention = check_function(intervention, "intervention", "(k, r, factual) -> Plan")
+    if intervention is not None and downstream != "held":
+        raise ValueError(
+            "`downstream` applies to the default re-draw only; a custom `intervention` sets its "
+            "own downstream rule (pass downstream=... to the do_* operators it uses)"
+        )
+    if intervention is not None and baseline == "rollouts":
+        raise ValueError(
+            "`baseline='rollouts'` is defined for the default re-draw (its baseline keeps "
+            "step k and applies the same downstream rule); use baseline='factual' with a "
+            "custom `intervention`"
+        )
+    return intervention
+
+
+def _check_outcomes(nonfinite, factual_bad) -> None:
+    """Every score finite, and, for the factual baseline (`factual_bad` `[F, W]`, else None),
+    every world of a run agreeing on its outcome (else the baseline is not fixed)."""
+    if nonfinite.any():
+        raise ValueError(
+            f"the pipeline returned non-finite scores ({int(nonfinite.sum())} runs); check its "
+            "logits and score"
+        )
+    mixed = [] if factual_bad is None else np.flatnonzero(factual_bad.any(1) & ~factual_bad.all(1))
+    if len(mixed):
+        f, num_worlds = int(mixed[0]), factual_bad.shape[1]
+        raise ValueError(
+            f"run {f} is bad in {int(factual_bad[f].sum())} of its {num_worlds} worlds, so "
+            "`baseline='factual'` (1[factual run bad]) is not fixed; use worlds that "
+            "reproduce the run (recorded or inferred) or `baseline='rollouts'`"
+        )
+
+
+def _label(intervention) -> str:
+    """The intervention's label in the result: `do_resample(k)` or the function's name."""
+    if intervention is None:
+        return "do_resample(k)"
+    return getattr(intervention, "__name__", "intervention")
+
+
+def _effect_intervals(bad, factual_bad, base_bad, runs: int, level: float):
+    """The baseline's bad count `[F, n]` and value, and the effect's interval at `level`:
+    Wilson's for the fixed baseline `factual_bad` `[F]` (`base_bad=None`), Newcombe's for
+    one estimated from `base_bad` `[F, n]` bad runs out of `runs`."""
+    if base_bad is None:
+        base_count = np.broadcast_to(factual_bad[:, None].astype(np.int32), bad.shape)
+        base = base_count.astype(np.float64)
+        p_low, p_high = wilson_interval(bad, runs, level)
+        return base_count, base, base - p_high, base - p_low
+    base_count = base_bad.astype(np.int32)
+    low, high = newcombe_interval(base_count, runs, bad, runs, level)
+    return base_count, base_count / runs, low, high
 
 
 def rollout_inputs(pipeline, cases, worlds, steps, num_rollouts):
