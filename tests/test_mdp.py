@@ -1,4 +1,4 @@
-"""MDP rollouts: `counterfactual_rollouts` checks its inputs, on a small made-up MDP.
+"""MDP rollouts: `counterfactual_rollouts` checks its inputs and batches its runs, on a small made-up MDP.
 
 The check of the rollouts themselves, against the published sepsis counterfactual of
 Oberst & Sontag (2019), is in test_sepsis.py.
@@ -36,10 +36,12 @@ def _tiny():
 def test_tiny_mdp_is_valid():
     """The made-up MDP itself passes the checks, so each bad-input test below fails for
     the reason it names."""
-    from blamejax.mdp._episode import check_episode_inputs
+    from blamejax.mdp._episode import check_episodes, check_tables
 
-    args = _tiny()
-    tables, observed = check_episode_inputs(*args.values())
+    args = list(_tiny().values())
+    tables = check_tables(*args[:3])
+    observed = check_episodes(tables[0], *args[3:])
+    assert [x.shape for x in tables] == [(2, 3, 3), (2, 3, 3), (3, 2)]
     assert [x.shape for x in observed] == [(2, 2)] * 3
 
 
@@ -95,3 +97,14 @@ def test_bad_num_samples():
         bj.mdp.counterfactual_rollouts(
             0, num_samples=1, **{**_tiny(), "rewards": np.zeros((2, 3, 3), int)}
         )
+
+
+def test_batch_size_has_no_effect_on_the_rollouts():
+    """`worlds_per_batch` bounds memory only: batches of 3 runs (the last one padded) give the
+    episodes of one batch holding every run, bit for bit."""
+    args = _tiny()
+    one = bj.mdp.counterfactual_rollouts(0, **args, num_samples=5)
+    batched = bj.mdp.counterfactual_rollouts(0, **args, num_samples=5, worlds_per_batch=3)
+    assert one.states.shape == (2, 5, 2)
+    for name in one._fields:
+        np.testing.assert_array_equal(np.asarray(getattr(batched, name)), getattr(one, name))

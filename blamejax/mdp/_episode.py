@@ -3,7 +3,8 @@
 `mdp_pipeline` runs one episode (`MDPEpisode`: the model and one observed episode) as a
 chain of "policy" and "transition" draws; `mdp_policy_plan` switches its policy step to
 the evaluation policy; `abducted_transition_noise` gives the posterior Gumbels of the
-observed transitions; `check_episode_inputs` checks a model and a batch of observed episodes.
+observed transitions; `check_tables` and `check_episodes` check a model and a batch of observed
+episodes.
 """
 
 from __future__ import annotations
@@ -120,8 +121,9 @@ def abducted_transition_noise(
     return jax.vmap(one)(steps, observed_actions, observed_states, observed_next_states)
 
 
-def check_episode_inputs(transition_logits, rewards, policy_logits, actions, states, next_states):
-    """Eager checks; return the tables as arrays and the observations as int32 arrays."""
+def check_tables(transition_logits, rewards, policy_logits) -> tuple[np.ndarray, ...]:
+    """The model checked eagerly: `(transition_logits, rewards, policy_logits)` as NumPy
+    arrays of shapes `[A, S, S]`, `[A, S, S]` and `[S, A]`."""
     logits = _float_array(transition_logits, "transition_logits")
     if logits.ndim != 3 or logits.shape[1] != logits.shape[2]:
         raise ValueError(
@@ -158,6 +160,14 @@ def check_episode_inputs(transition_logits, rewards, policy_logits, actions, sta
         raise ValueError(
             "`policy_logits` must be real numbers or -inf, with a finite entry in every row"
         )
+    return logits, reward, policy
+
+
+def check_episodes(logits: np.ndarray, actions, states, next_states) -> tuple[Array, ...]:
+    """The observed episodes checked eagerly against the checked `transition_logits`
+    `logits`: `(actions, states, next_states)` as `Int[Array, "E T"]` int32 arrays, -1 after
+    each episode ended."""
+    num_actions, num_states = logits.shape[0], logits.shape[1]
     obs = []
     for name, value in (
         ("observed_actions", actions),
@@ -213,11 +223,9 @@ def check_episode_inputs(transition_logits, rewards, policy_logits, actions, sta
             f"{s[e, t]} -> {n[e, t]}) has logit -inf in `transition_logits`, so it cannot have "
             "happened and its noise cannot be abducted"
         )
-    tables = (jnp.asarray(logits), jnp.asarray(reward), jnp.asarray(policy))
-    observed = tuple(
+    return tuple(
         jnp.asarray(np.where(running, x, -1), jnp.int32) for x in (actions, states, next_states)
     )
-    return tables, observed
 
 
 def _float_array(value, name: str) -> np.ndarray:

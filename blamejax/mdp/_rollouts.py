@@ -40,15 +40,16 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
-from .._checks import as_key
-from ..noise import world_key
+from .._arguments import check_positive_int
+from ..noise import as_key, world_key
 from ..pipeline import World, discover, trace_run
 from ._episode import (
     POLICY,
     TRANSITION,
     MDPEpisode,
     abducted_transition_noise,
-    check_episode_inputs,
+    check_episodes,
+    check_tables,
     mdp_pipeline,
     mdp_policy_plan,
 )
@@ -139,41 +140,29 @@ def counterfactual_rollouts(
     ```
     """
     key = as_key(key)
-    tables, observed = check_episode_inputs(
-        transition_logits,
-        rewards,
-        policy_logits,
-        observed_actions,
-        observed_states,
-        observed_next_states,
-    )
-    if (
-        isinstance(num_samples, bool)
-        or not isinstance(num_samples, (int, np.integer))
-        or num_samples < 1
-    ):
-        raise ValueError(f"`num_samples` must be a positive int, got {num_samples!r}")
-    if (
-        isinstance(worlds_per_batch, bool)
-        or not isinstance(worlds_per_batch, (int, np.integer))
-        or worlds_per_batch < 1
-    ):
-        raise ValueError(f"`worlds_per_batch` must be a positive int, got {worlds_per_batch!r}")
-    actions, states, next_states = observed
-    first = MDPEpisode(*tables, first_state=states[0, 0], observed_actions=actions[0])
+    tables = check_tables(transition_logits, rewards, policy_logits)
+    observed = check_episodes(tables[0], observed_actions, observed_states, observed_next_states)
+    num_samples = check_positive_int(num_samples, "num_samples")
+    worlds_per_batch = check_positive_int(worlds_per_batch, "worlds_per_batch")
+    tables = tuple(jnp.asarray(x) for x in tables)
+    first = MDPEpisode(*tables, first_state=observed[1][0, 0], observed_actions=observed[0][0])
     structure = discover(mdp_pipeline, first)
-    num_episodes, num_samples = actions.shape[0], int(num_samples)
-    # Runs are flattened to worlds w = e * N + n and evaluated in batches of one fixed
-    # size (the last one padded), so that one compiled function serves every batch and
-    # every call with the same model and horizon, and memory stays bounded.
-    worlds = np.arange(num_episodes * num_samples)
-    num_batches = -(-worlds.size // worlds_per_batch)
-    actions_np, states_np, next_np = (np.asarray(x) for x in (actions, states, next_states))
+    columns = _in_batches(key, tables, observed, structure, num_samples, worlds_per_batch)
+    return CounterfactualRollouts(*columns, returns=columns[3].sum(axis=-1))
+
+
+def _in_batches(key, tables, observed, structure, num_samples: int, worlds_per_batch: int):
+    """The rollouts' columns (states, actions, next states, rewards), `[E, N, T]` each.
+
+    Runs are flattened to worlds w = e * N + n and evaluated in batches of one fixed size
+    (the last one padded), so that one compiled function serves every batch and every call
+    with the same model and horizon, and memory stays bounded."""
+    actions, states, next_states = (np.asarray(x) for x in observed)
+    num_episodes = actions.shape[0]
+    num_worlds = num_episodes * num_samples
     parts = []
-    for b in range(num_batches):
-        ids = np.minimum(
-            np.arange(b * worlds_per_batch, (b + 1) * worlds_per_batch), worlds.size - 1
-        )
+    for start in range(0, num_worlds, worlds_per_batch):
+        ids = np.minimum(np.arange(start, start + worlds_per_batch), num_worlds - 1)
         episodes, samples = ids // num_samples, ids % num_samples
         parts.append(
             _rollouts_batch(
@@ -181,17 +170,17 @@ def counterfactual_rollouts(
                 tables,
                 jnp.asarray(episodes, jnp.int32),
                 jnp.asarray(samples, jnp.int32),
-                jnp.asarray(actions_np[episodes]),
-                jnp.asarray(states_np[episodes]),
-                jnp.asarray(next_np[episodes]),
+                jnp.asarray(actions[episodes]),
+                jnp.asarray(states[episodes]),
+                jnp.asarray(next_states[episodes]),
                 structure,
             )
         )
     columns = []
     for column in zip(*parts):
         flat = jnp.concatenate(column) if len(column) > 1 else column[0]
-        columns.append(flat[: worlds.size].reshape((num_episodes, num_samples) + flat.shape[1:]))
-    return CounterfactualRollouts(*columns, returns=columns[3].sum(axis=-1))
+        columns.append(flat[:num_worlds].reshape((num_episodes, num_samples) + flat.shape[1:]))
+    return columns
 
 
 @functools.partial(jax.jit, static_argnums=(7,))
