@@ -115,124 +115,132 @@ def _whisker(p: _Panel, name, style, step, lo, hi, clipped, cy) -> str:
     )
 
 
+_LABEL_W, _GAP, _ROW, _TOP = 118, 36, 30, 46  # label column, gap between panels, row, top
+_COLORS = {"shapley": _BLUE, "share": "#7fa6de", "resolve": _GREEN, "last": "#d9534f"}
+
+
 def batch_chart(result, order) -> str:
     """The SVG of a batch report: per step (rows in `order`), the mean Shapley value with its
     fixed-sample interval (thick whisker) and the anytime interval the stopping rule reads
     (thin whisker), then the share of repair, the fix-alone resolve rate with its interval and
     the last-step rate, each in a panel with its own axis."""
-    iv = result.intervals
     steps = [result.steps[i] for i in order]
+    panels = _panels(result, order)
+    body = len(steps) * _ROW
+    height = _TOP + body + 86
+    total_w = panels[-1].x0 + panels[-1].width + 24
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {total_w} {height}" '
+        f'class="chart" role="img" aria-label="blame per step: {len(panels)} panels, one axis each" '
+        'font-family="system-ui,Helvetica,Arial,sans-serif">'
+    ]
+    out += _step_labels(steps, total_w)
+    for p in panels:
+        out += _panel_svg(p, steps, body)
+    out += _legend(result, _TOP + body + 40)
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _panels(result, order) -> list[_Panel]:
+    """The four panels, left to right: mean Shapley value (fixed-sample and anytime
+    whiskers), share of repair, fix-alone resolve rate (its interval), last-step rate."""
+    iv, rule = result.intervals, result.interval
     pick = lambda a: [float(np.asarray(a)[i]) for i in order]  # noqa: E731
-    rows = lambda a: [tuple(bool(c) for c in np.asarray(a)[i]) for i in order]  # noqa: E731
+
+    def interval(name, prefix, style):  # (name, lower [n], upper [n], style, clipped [n, 2])
+        clipped = np.asarray(getattr(iv, f"{prefix}_clipped"))
+        rows = [tuple(bool(c) for c in clipped[i]) for i in order]
+        lower, upper = getattr(iv, f"{prefix}_lower"), getattr(iv, f"{prefix}_upper")
+        return (name, pick(lower), pick(upper), style, rows)
+
     width = float(result.score_range[1] - result.score_range[0])
-    reach = (-width, width)
-    rule = result.interval
-    label_w, gap = 118, 36
+    shapley = [interval("fixed", "fixed", "fixed"), interval(rule, rule, "anytime")]
     panels = [
         _Panel(
             "shapley",
             "mean Shapley value",
             pick(result.mean_shapley),
-            reach,
-            [
-                (
-                    "fixed",
-                    pick(iv.fixed_lower),
-                    pick(iv.fixed_upper),
-                    "fixed",
-                    rows(iv.fixed_clipped),
-                ),
-                (
-                    rule,
-                    pick(getattr(iv, f"{rule}_lower")),
-                    pick(getattr(iv, f"{rule}_upper")),
-                    "anytime",
-                    rows(getattr(iv, f"{rule}_clipped")),
-                ),
-            ],
-            label_w,
+            (-width, width),
+            shapley,
+            _LABEL_W,
             330,
-        ),
+        )
     ]
-    x0 = label_w + 330 + gap
+    x0 = _LABEL_W + 330 + _GAP
     for quantity, title, values, whiskers in (
         ("share", "share of repair", result.share_of_repair, []),
         (
             "resolve",
             "fix-alone resolve rate",
             result.resolve_rate,
-            [
-                (
-                    "resolve",
-                    pick(iv.resolve_lower),
-                    pick(iv.resolve_upper),
-                    "fixed",
-                    rows(iv.resolve_clipped),
-                )
-            ],
+            [interval("resolve", "resolve", "fixed")],
         ),
         ("last", "last-step blame", result.last_step_rate, []),
     ):
         bounds = (-1.0, 1.0) if quantity == "share" else (0.0, 1.0)  # a share can be negative
         panels.append(_Panel(quantity, title, pick(values), bounds, whiskers, x0, 150))
-        x0 += 150 + gap
-    row, top = 30, 46
-    body = len(steps) * row
-    height = top + body + 86
-    total_w = x0 - gap + 24
-    esc = html.escape
-    out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {total_w} {height}" '
-        f'class="chart" role="img" aria-label="blame per step: {len(panels)} panels, one axis each" '
-        'font-family="system-ui,Helvetica,Arial,sans-serif">'
-    ]
+        x0 += 150 + _GAP
+    return panels
+
+
+def _step_labels(steps, total_w) -> list[str]:
+    """The rows: a light band under every other one, and the step names right-aligned."""
+    out = []
     for r, step in enumerate(steps):
-        y = top + r * row + row / 2
+        y = _TOP + r * _ROW + _ROW / 2
         if r % 2 == 0:
             out.append(
-                f'<rect x="0" y="{top + r * row}" width="{total_w}" height="{row}" fill="#f6f7f9"/>'
+                f'<rect x="0" y="{_TOP + r * _ROW}" width="{total_w}" height="{_ROW}" fill="#f6f7f9"/>'
             )
         out.append(
-            f'<text class="step-label" x="{label_w - 10}" y="{y + 4.5:.1f}" font-size="13" text-anchor="end">{esc(step)}</text>'
+            f'<text class="step-label" x="{_LABEL_W - 10}" y="{y + 4.5:.1f}" font-size="13" text-anchor="end">{html.escape(step)}</text>'
         )
-    colors = {"shapley": _BLUE, "share": "#7fa6de", "resolve": _GREEN, "last": "#d9534f"}
-    for p in panels:
+    return out
+
+
+def _panel_svg(p: _Panel, steps, body: int) -> list[str]:
+    """One panel: its title, ticks and axis, then per step a bar and the informative whiskers."""
+    esc, top = html.escape, _TOP
+    out = [
+        f'<g class="panel" data-quantity="{p.quantity}" data-min="{p.lo!r}" data-max="{p.hi!r}" '
+        f'data-ticks="{len(p.ticks)}">',
+        f'<text class="axis-title" x="{p.x0 + p.width / 2:.1f}" y="18" font-size="13" font-weight="600" text-anchor="middle">{esc(p.title)}</text>',
+    ]
+    for t, text in zip(p.ticks, _tick_text(p.ticks), strict=True):
+        tx = p.x(t)
+        stroke = "#9a9a9a" if t == 0 else "#dedede"
         out.append(
-            f'<g class="panel" data-quantity="{p.quantity}" data-min="{p.lo!r}" data-max="{p.hi!r}" '
-            f'data-ticks="{len(p.ticks)}">'
+            f'<line x1="{tx:.1f}" y1="{top - 4}" x2="{tx:.1f}" y2="{top + body}" stroke="{stroke}"/>'
         )
         out.append(
-            f'<text class="axis-title" x="{p.x0 + p.width / 2:.1f}" y="18" font-size="13" font-weight="600" text-anchor="middle">{esc(p.title)}</text>'
+            f'<text class="tick" x="{tx:.1f}" y="{top + body + 15}" font-size="11" fill="#555" text-anchor="middle">{text}</text>'
         )
-        for t, text in zip(p.ticks, _tick_text(p.ticks), strict=True):
-            tx = p.x(t)
-            stroke = "#9a9a9a" if t == 0 else "#dedede"
+    out.append(
+        f'<line x1="{p.x0}" y1="{top + body}" x2="{p.x0 + p.width}" y2="{top + body}" stroke="#9a9a9a"/>'
+    )
+    for r, (step, value) in enumerate(zip(steps, p.values, strict=True)):
+        cy = top + r * _ROW + _ROW / 2
+        if np.isfinite(value):
+            a, b = sorted((p.x(0.0), p.x(value)))
             out.append(
-                f'<line x1="{tx:.1f}" y1="{top - 4}" x2="{tx:.1f}" y2="{top + body}" stroke="{stroke}"/>'
+                f'<rect class="bar bar-{p.quantity}" data-step="{esc(step)}" data-value="{value!r}" '
+                f'x="{a:.1f}" y="{cy - 7:.1f}" width="{max(b - a, 1.0):.1f}" height="14" fill="{_COLORS[p.quantity]}"/>'
             )
-            out.append(
-                f'<text class="tick" x="{tx:.1f}" y="{top + body + 15}" font-size="11" fill="#555" text-anchor="middle">{text}</text>'
-            )
-        out.append(
-            f'<line x1="{p.x0}" y1="{top + body}" x2="{p.x0 + p.width}" y2="{top + body}" stroke="#9a9a9a"/>'
-        )
-        for r, (step, value) in enumerate(zip(steps, p.values, strict=True)):
-            cy = top + r * row + row / 2
-            if np.isfinite(value):
-                a, b = sorted((p.x(0.0), p.x(value)))
-                out.append(
-                    f'<rect class="bar bar-{p.quantity}" data-step="{esc(step)}" data-value="{value!r}" '
-                    f'x="{a:.1f}" y="{cy - 7:.1f}" width="{max(b - a, 1.0):.1f}" height="14" fill="{colors[p.quantity]}"/>'
-                )
-            for name, lower, upper, style, clipped in p.whiskers:
-                lo, hi = lower[r], upper[r]
-                if not _informative(lo, hi, p.bounds):
-                    continue
-                out.append(_whisker(p, name, style, esc(step), lo, hi, clipped[r], cy))
-        out.append("</g>")
-    ly = top + body + 40
-    level, anytime = f"{100 * iv.level:.4g}%", f"{100 * (1 - result.delta):.4g}%"
-    kind = "finite-sample" if rule == "bernstein" else "asymptotic"
+        for name, lower, upper, style, clipped in p.whiskers:
+            lo, hi = lower[r], upper[r]
+            if not _informative(lo, hi, p.bounds):
+                continue
+            out.append(_whisker(p, name, style, esc(step), lo, hi, clipped[r], cy))
+    out.append("</g>")
+    return out
+
+
+def _legend(result, ly: float) -> list[str]:
+    """The three lines under the chart: what the bars, whiskers, caps and arrowheads mean."""
+    level = f"{100 * result.intervals.level:.4g}%"
+    anytime = f"{100 * (1 - result.delta):.4g}%"
+    kind = "finite-sample" if result.interval == "bernstein" else "asymptotic"
     legend = (
         f"Bars: the value. Black whisker: {level} fixed-sample interval. Grey whisker: {anytime} "
         f"anytime {kind} interval (the stopping rule's).",
@@ -240,9 +248,7 @@ def batch_chart(result, order) -> str:
         "axis (see the table).",
         "No whisker: the interval is of zero width or the whole possible range (too few failures).",
     )
-    for j, line in enumerate(legend):
-        out.append(
-            f'<text class="legend" x="{label_w}" y="{ly + 16 * j}" font-size="12" fill="#444">{esc(line)}</text>'
-        )
-    out.append("</svg>")
-    return "".join(out)
+    return [
+        f'<text class="legend" x="{_LABEL_W}" y="{ly + 16 * j}" font-size="12" fill="#444">{html.escape(line)}</text>'
+        for j, line in enumerate(legend)
+    ]
