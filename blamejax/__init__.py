@@ -14,10 +14,11 @@ The package is arranged in the order the computation flows:
 7. `report`: text, JSON, pandas and HTML reports;
 
 then the families built on them (`interventions`, `differentiable`, `mdp`) and the
-applications beside them, each loaded on first use (`bj.scm`, ...): `scm` (synthetic
-causal models with known culprits), `traces` (real runs: the trace format and its
-importers), `scorers` (decisions of real runs scored by real models, cached), `demos`;
-and the command line `python -m blamejax`.
+applications beside them, each loaded on first use (`bj.traces`, ...): `traces` (real runs:
+the trace format and its importers), `scorers` (decisions of real runs scored by real
+models, cached), `benchmarks` (attribution methods side by side on failures whose culprit
+is known: synthetic causal models, `benchmarks.scm`, and labelled real runs,
+`benchmarks.whowhen`), `demos`; and the command line `python -m blamejax`.
 The names below are the front door; everything else lives in those namespaces.
 """
 
@@ -64,14 +65,16 @@ from .worlds import replay as replay
 __version__ = "0.1.0"
 
 
-# The applications load on first use (`bj.scm`, `bj.traces`, `bj.scorers`, `bj.demos`), so
-# that `import blamejax` costs only the library. They are written with the front door
+# The applications load on first use (`bj.traces`, `bj.scorers`, `bj.benchmarks`, `bj.demos`),
+# so that `import blamejax` costs only the library. They are written with the front door
 # (`import blamejax as bj`), so importing them here would also run back up the house.
-_APPLICATIONS = ("demos", "scm", "scorers", "traces")
+# `scm` moved to `benchmarks.scm`; `bj.scm` still loads (its names re-exported), unlisted.
+_APPLICATIONS = ("benchmarks", "demos", "scorers", "traces")
+_MOVED = ("scm",)
 
 
 def __getattr__(name: str):
-    if name in _APPLICATIONS:
+    if name in _APPLICATIONS or name in _MOVED:
         import importlib
 
         return importlib.import_module(f".{name}", __name__)

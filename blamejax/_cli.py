@@ -383,7 +383,7 @@ def main(argv=None) -> int:
     if args.command == "blame":
         return _blame(parser, args)
     if args.command == "whowhen":
-        from .traces import whowhen_report
+        from .benchmarks.whowhen import whowhen_report
 
         try:
             print(

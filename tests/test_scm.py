@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import blamejax as bj
-from blamejax import scm
+from blamejax.benchmarks import scm
 
 # One topology and one batch size (F = 48) keep the compiled functions shared between tests.
 CHAIN = scm.make_scm(0, 5, 3, steps_per_agent=2)

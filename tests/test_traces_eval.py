@@ -1,4 +1,4 @@
-"""The Who&When evaluation (bj.traces.evaluate, baselines, `python -m blamejax whowhen`).
+"""The Who&When evaluation (`bj.benchmarks.whowhen`: evaluate, baselines, `python -m blamejax whowhen`).
 
 Ground truth: hand-counted runs, every possible guess enumerated for the random baseline,
 and on the shipped half of Who&When (126 traces) the published random baseline.
@@ -15,7 +15,9 @@ import pytest
 
 import blamejax as bj
 from blamejax._cli import main
-from blamejax.traces import Prediction, Run, Step
+from blamejax.benchmarks import whowhen
+from blamejax.benchmarks.whowhen import Prediction
+from blamejax.traces import Run, Step
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 WHOWHEN = ROOT / "tests" / "data" / "whowhen" / "algorithm-generated"  # MIT licence beside it
@@ -36,7 +38,7 @@ RUNS = [
 
 def test_scores_by_hand():
     guesses = {"r0": Prediction("B", 3), "r1": Prediction("B", 0), "r2": Prediction(None, 2)}
-    ev = bj.traces.evaluate(RUNS, guesses, method="m")
+    ev = whowhen.evaluate(RUNS, guesses, method="m")
     # agent: r0 right, r1 wrong, r2 none (wrong); step: r0 off by 2, r1 right, r2 right.
     assert [ev.score(n).correct for n in ("agent", "step", "step ±1", "step ±3", "step ±5")] == [
         1,
@@ -54,10 +56,10 @@ def test_scores_by_hand():
 
 def test_substring_rule_is_labelled_and_inflates():
     runs = [_run(f"r{t}", ["A"] * 12, "A", t) for t in range(11)]
-    ev = bj.traces.evaluate(runs, bj.traces.constant_predictions(runs, 105), substring=True)
+    ev = whowhen.evaluate(runs, whowhen.constant_predictions(runs, 105), substring=True)
     # "105" holds the labels 0, 1, 5 and 10 as substrings, and matches none exactly.
     assert ev.score("step (substring)").correct == 4 and ev.score("step").correct == 0
-    table = bj.traces.evaluation_table([ev])
+    table = whowhen.evaluation_table([ev])
     assert "step (substring)" in table and "for comparison only" in table
 
 
@@ -74,7 +76,7 @@ def test_random_baseline_equals_every_guess_enumerated():
             )
         for name, value in hits.items():
             expected[name] = expected.get(name, 0) + value
-    ev = bj.traces.random_baseline(RUNS)
+    ev = whowhen.random_baseline(RUNS)
     assert ev.expectation and all(s.low is None for s in ev.scores)
     for name, value in expected.items():
         assert ev.score(name).correct == pytest.approx(float(value), abs=1e-12)
@@ -84,7 +86,7 @@ def test_random_baseline_equals_every_guess_enumerated():
 
 
 def test_first_last_and_most_frequent_baselines_by_hand():
-    named = {ev.method: ev for ev in bj.traces.baselines(RUNS)}
+    named = {ev.method: ev for ev in whowhen.baselines(RUNS)}
     assert list(named) == ["random (expectation)", "first step", "last step", "most frequent agent"]
     first, last, frequent = named["first step"], named["last step"], named["most frequent agent"]
     # first: (A, 0) (A, 0) (C, 0): agent right in r1, step right in r1.
@@ -102,7 +104,7 @@ def test_first_last_and_most_frequent_baselines_by_hand():
 def test_shipped_half_gives_the_published_random_baseline():
     runs = bj.traces.from_whowhen(WHOWHEN)
     assert len(runs) == 126
-    ev = bj.traces.random_baseline(runs)
+    ev = whowhen.random_baseline(runs)
     # 1 / (distinct agents of the run's history), 1 / (its steps), averaged over the runs.
     agent = sum(fractions.Fraction(1, len(r.agents)) for r in runs) / len(runs)
     step = sum(fractions.Fraction(1, len(r.steps)) for r in runs) / len(runs)
@@ -114,7 +116,7 @@ def test_shipped_half_gives_the_published_random_baseline():
 
 def test_shipped_half_constant_answer_under_substring_scoring():
     runs = bj.traces.from_whowhen(WHOWHEN)
-    ev = bj.traces.evaluate(runs, bj.traces.constant_predictions(runs, 105), substring=True)
+    ev = whowhen.evaluate(runs, whowhen.constant_predictions(runs, 105), substring=True)
     labels = [r.decisive_step for r in runs]
     assert ev.score("step (substring)").correct == sum(t in (0, 1, 5, 10, 105) for t in labels)
     assert ev.score("step").correct == sum(t == 105 for t in labels)
@@ -123,18 +125,18 @@ def test_shipped_half_constant_answer_under_substring_scoring():
 
 def test_predictions_file_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"predictions file '.*nope.json': no such file"):
-        bj.traces.load_predictions(tmp_path / "nope.json", RUNS)
+        whowhen.load_predictions(tmp_path / "nope.json", RUNS)
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     with pytest.raises(ValueError, match=r"bad.json': not valid JSON"):
-        bj.traces.load_predictions(bad, RUNS)
+        whowhen.load_predictions(bad, RUNS)
     bad.write_text(
         json.dumps(
             {"r0": {"step": 1.0}, "zz": {"agent": "A"}, "r1": {"agent": 3}, "r2": {"who": "A"}}
         )
     )
     with pytest.raises(ValueError) as error:
-        bj.traces.load_predictions(bad, RUNS)
+        whowhen.load_predictions(bad, RUNS)
     message = str(error.value)
     assert "['r0'].step: expected an integer step index or null, got 1.0" in message
     assert "['zz']: unknown run id" in message
@@ -144,18 +146,18 @@ def test_predictions_file_errors(tmp_path):
     with pytest.raises(
         ValueError, match=r"\['r0'\].step: expected an integer step index or null, got True"
     ):
-        bj.traces.load_predictions(bad, RUNS)
+        whowhen.load_predictions(bad, RUNS)
     good = tmp_path / "good.json"
     good.write_text(json.dumps({"r0": {"agent": "B", "step": 1}}))
-    assert bj.traces.load_predictions(good, RUNS) == {"r0": Prediction("B", 1)}
+    assert whowhen.load_predictions(good, RUNS) == {"r0": Prediction("B", 1)}
 
 
 def test_runs_without_labels_are_refused_by_name():
     unlabelled = Run("u1", (Step("0", agent="A"),), passed=False, decisive_agent="A")
     with pytest.raises(ValueError, match=r"run 'u1': missing label `decisive_step`"):
-        bj.traces.evaluate(RUNS + [unlabelled], {})
+        whowhen.evaluate(RUNS + [unlabelled], {})
     with pytest.raises(ValueError, match=r"run 'u1': missing label `decisive_step`"):
-        bj.traces.random_baseline([unlabelled])
+        whowhen.random_baseline([unlabelled])
 
 
 def _logit_run(name):
@@ -185,7 +187,7 @@ def _logit_run(name):
 def test_command_scores_a_trace_file_with_blamejax_beside_the_baselines(tmp_path, capsys):
     path = tmp_path / "runs.jsonl"
     bj.traces.write(path, [_logit_run("a"), _logit_run("b"), *RUNS])
-    predictions, left = bj.traces.blame_predictions(
+    predictions, left = whowhen.blame_predictions(
         bj.traces.read(path), key=0, num_worlds=8
     )  # the command's W: compiled once
     assert predictions == {"a": Prediction("A", 0), "b": Prediction("A", 0)}

@@ -6,6 +6,9 @@ One line of a `.jsonl` trace file is one run (`Run`) of steps (`Step`); the fiel
 described in docs/traces.md and in the JSON Schema shipped beside this module
 (`SCHEMA_PATH`). `validate` reports every problem with its file, line and field;
 `read(..., errors="collect")` (or `read_report`) loads the good runs and counts the rest.
+
+The Who&When evaluation that lived here moved to `bj.benchmarks.whowhen`, beside the SCM
+benchmark; its names (`bj.traces.evaluate`, `whowhen_report`, ...) still work from here.
 """
 
 from pathlib import Path as _Path
@@ -29,20 +32,6 @@ from .decisions._logprobs import decisions_from_logprobs as decisions_from_logpr
 from .decisions._logprobs import logits_from_response as logits_from_response
 from .decisions._record import decision_attributes as decision_attributes
 from .decisions._record import record_decision as record_decision
-from .evaluation._evaluate import Evaluation as Evaluation
-from .evaluation._evaluate import Prediction as Prediction
-from .evaluation._evaluate import Score as Score
-from .evaluation._evaluate import baseline_predictions as baseline_predictions
-from .evaluation._evaluate import baselines as baselines
-from .evaluation._evaluate import blame_predictions as blame_predictions
-from .evaluation._evaluate import check_predictions as check_predictions
-from .evaluation._evaluate import constant_predictions as constant_predictions
-from .evaluation._evaluate import evaluate as evaluate
-from .evaluation._evaluate import evaluation_table as evaluation_table
-from .evaluation._evaluate import load_predictions as load_predictions
-from .evaluation._evaluate import load_runs as load_runs
-from .evaluation._evaluate import random_baseline as random_baseline
-from .evaluation._evaluate import whowhen_report as whowhen_report
 from .format._check import FORMAT as FORMAT
 from .format._format import Loaded as Loaded
 from .format._format import Problem as Problem
@@ -55,6 +44,7 @@ from .format._format import read_report as read_report
 from .format._format import to_record as to_record
 from .format._format import validate as validate
 from .format._format import write as write
+from .importers._load import load_runs as load_runs
 from .importers._whowhen import from_whowhen as from_whowhen
 from .importers.spans._spans import NoAgentsWarning as NoAgentsWarning
 from .importers.spans._spans import from_mlflow as from_mlflow
@@ -63,3 +53,31 @@ from .importers.spans._spans import from_otel as from_otel
 
 SCHEMA_PATH = _Path(__file__).with_name("trace.schema.json")
 """The path of the trace format's JSON Schema (`trace.schema.json`)."""
+
+
+# The Who&When evaluation moved to `blamejax.benchmarks.whowhen` (issue 39). Its names still
+# answer here, loaded on first use: the benchmark is built on this package, so importing it
+# at the top would run back up the house (the front door loads the applications the same way).
+_MOVED_TO_BENCHMARKS = (
+    "Evaluation",
+    "Prediction",
+    "Score",
+    "baseline_predictions",
+    "baselines",
+    "blame_predictions",
+    "check_predictions",
+    "constant_predictions",
+    "evaluate",
+    "evaluation_table",
+    "load_predictions",
+    "random_baseline",
+    "whowhen_report",
+)
+
+
+def __getattr__(name: str):
+    if name in _MOVED_TO_BENCHMARKS:
+        import importlib
+
+        return getattr(importlib.import_module("blamejax.benchmarks.whowhen"), name)
+    raise AttributeError(f"module 'blamejax.traces' has no attribute {name!r}")

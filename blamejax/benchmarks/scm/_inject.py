@@ -24,11 +24,11 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Int
 
-from .._compile import cached
-from ..coalitions import mask_values
-from ..noise import as_key, world_key
-from ..pipeline import World, discover, factual_plan, run_score
-from ..worlds import recorded_worlds
+from ..._compile import cached
+from ...coalitions import mask_values
+from ...noise import as_key, world_key
+from ...pipeline import World, discover, factual_plan, run_score
+from ...worlds import recorded_worlds
 from ._model import (
     SCM,
     SCMCase,
@@ -192,7 +192,7 @@ def inject_errors(
 
     ```python
     # doctest: slow (compiles the injection screen, about 10 s)
-    from blamejax import scm
+    from blamejax.benchmarks import scm
     model = scm.make_scm(0, num_steps=6)
     failures = scm.inject_errors(1, model, 50)
     print(failures.summary())

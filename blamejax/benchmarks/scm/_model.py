@@ -29,7 +29,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from ..noise import as_key
+from ...noise import as_key
 
 TOPOLOGIES = ("chain", "dag")
 """The topologies `make_scm` builds: a chain of steps, or a random DAG."""
@@ -199,7 +199,7 @@ def make_scm(
     ```python
     # doctest: slow (compiles the injection screen, about 10 s)
     import blamejax as bj
-    from blamejax import scm
+    from blamejax.benchmarks import scm
     model = scm.make_scm(0, num_steps=6, num_options=4, noise=0.1)
     failures = scm.inject_errors(1, model, num_failures=50)
     result = bj.exact_blame(model.pipeline, failures.cases, failures.worlds)

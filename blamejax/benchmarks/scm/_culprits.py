@@ -19,9 +19,9 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Float, Int
 
-from .._compile import compiled
-from ..noise import as_key
-from ..pipeline import World
+from ..._compile import compiled
+from ...noise import as_key
+from ...pipeline import World
 from ._inject import check_steps, recorded_worlds_of
 from ._model import (
     KINDS,
@@ -117,7 +117,7 @@ def multi_culprit_cases(
     ```python
     # doctest: slow (compiles the case generator and exact blame, about 8 s)
     import blamejax as bj
-    from blamejax import scm
+    from blamejax.benchmarks import scm
     model = scm.make_scm(0, num_steps=4)
     cases = scm.multi_culprit_cases(0, model, 20, num_culprits=2, kind="disjunctive")
     result = bj.exact_blame(cases.pipeline, cases.cases, cases.worlds)

@@ -14,8 +14,8 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Float, Int
 
-from .._compile import compiled
-from ..coalitions import mask_values
+from ..._compile import compiled
+from ...coalitions import mask_values
 
 METHODS = (
     "exact_shapley",

@@ -13,18 +13,13 @@ from collections.abc import Sequence
 import jax.random as jr
 import numpy as np
 
-from ..noise import as_key
-from ._bench import (
-    agent_hits,
-    compare_methods,
-    culprit_hits,
-    proportion,
-    split_error,
-    step_hits,
-)
+from ...noise import as_key
+from .._rates import proportion
+from ._compare import compare_methods
 from ._culprits import MultiCulpritCases, multi_culprit_cases
 from ._inject import InjectedFailures, inject_errors
 from ._methods import CREDIT_METHODS, METHODS, method_label
+from ._metrics import agent_hits, culprit_hits, split_error, step_hits
 from ._model import SCM
 
 
@@ -84,7 +79,7 @@ def single_culprit_benchmark(
 
     ```python
     # doctest: slow (compiles every method of the benchmark, about 30 s)
-    from blamejax import scm
+    from blamejax.benchmarks import scm
     report = scm.single_culprit_benchmark(0, scm.make_scm(0, 6, steps_per_agent=2), 50, num_rollouts=20)
     print(scm.results_markdown([report]))
     ```
@@ -165,7 +160,7 @@ def multi_culprit_benchmark(
 
     ```python
     # doctest: slow (compiles every method of the benchmark, about 30 s)
-    from blamejax import scm
+    from blamejax.benchmarks import scm
     report = scm.multi_culprit_benchmark(0, scm.make_scm(0, 6), 50, kind="disjunctive", num_rollouts=20)
     print(scm.results_markdown(multi=[report]))
     ```
