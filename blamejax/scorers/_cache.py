@@ -164,11 +164,8 @@ class Cache:
     def get(self, identity: str, request: Request) -> np.ndarray | None:
         """The stored logits of `request` under the scorer `identity`, or None."""
         request = _checked(identity, request)
-        with self._lock:
-            row = self._db.execute(
-                "SELECT logits FROM answers WHERE key = ?", (digest(identity, request),)
-            ).fetchone()
-        return None if row is None else decode_logits(row[0])
+        stored = self._stored("answers", "logits", digest(identity, request))
+        return None if stored is None else decode_logits(stored)
 
     def put(
         self,
@@ -187,36 +184,26 @@ class Cache:
         request = _checked(identity, request)
         _check_stored_logits(logits, request)
         fields = _identity_fields(identity)
-        key = digest(identity, request)
-        with self._lock:
-            self._db.execute(
-                "INSERT OR IGNORE INTO answers VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    key,
-                    identity,
-                    fields.get("model"),
-                    fields.get("template"),
-                    fields.get("temperature"),
-                    request.step,
-                    request.variant,
-                    canonical_json(request.inputs, where="inputs"),
-                    json.dumps(list(request.options), ensure_ascii=False),
-                    encode_logits(np.asarray(logits, np.float64)),
-                    int(input_tokens),
-                    int(output_tokens),
-                    time.time(),
-                ),
-            )
-            row = self._db.execute("SELECT logits FROM answers WHERE key = ?", (key,)).fetchone()
-        return decode_logits(row[0])
+        row = (
+            digest(identity, request),
+            identity,
+            fields.get("model"),
+            fields.get("template"),
+            fields.get("temperature"),
+            request.step,
+            request.variant,
+            canonical_json(request.inputs, where="inputs"),
+            json.dumps(list(request.options), ensure_ascii=False),
+            encode_logits(np.asarray(logits, np.float64)),
+            int(input_tokens),
+            int(output_tokens),
+            time.time(),
+        )
+        return decode_logits(self._keep_first("answers", "logits", row))
 
     def get_text(self, identity: str, request) -> str | None:
         """The stored text of the `TextRequest` `request` under `identity`, or None."""
-        with self._lock:
-            row = self._db.execute(
-                "SELECT text FROM texts WHERE key = ?", (digest(identity, request),)
-            ).fetchone()
-        return None if row is None else row[0]
+        return self._stored("texts", "text", digest(identity, request))
 
     def put_text(
         self, identity: str, request, text: str, *, input_tokens: int = 0, output_tokens: int = 0
@@ -225,27 +212,36 @@ class Cache:
         already held; returns the stored text (the first written for the key)."""
         if not isinstance(text, str):
             raise TypeError(f"`text` must be a string, got {text!r:.200}")
-        key = digest(identity, request)
+        row = (
+            digest(identity, request),
+            identity,
+            request.step,
+            request.variant,
+            canonical_json(request.inputs, where="inputs"),
+            int(request.seed),
+            float(request.temperature),
+            int(request.max_tokens),
+            text,
+            int(input_tokens),
+            int(output_tokens),
+            time.time(),
+        )
+        return self._keep_first("texts", "text", row)
+
+    def _stored(self, table: str, column: str, key: str):
+        """The `column` of the row of `table` under `key`, or None."""
         with self._lock:
-            self._db.execute(
-                "INSERT OR IGNORE INTO texts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    key,
-                    identity,
-                    request.step,
-                    request.variant,
-                    canonical_json(request.inputs, where="inputs"),
-                    int(request.seed),
-                    float(request.temperature),
-                    int(request.max_tokens),
-                    text,
-                    int(input_tokens),
-                    int(output_tokens),
-                    time.time(),
-                ),
-            )
-            row = self._db.execute("SELECT text FROM texts WHERE key = ?", (key,)).fetchone()
-        return row[0]
+            row = self._db.execute(f"SELECT {column} FROM {table} WHERE key = ?", (key,)).fetchone()
+        return None if row is None else row[0]
+
+    def _keep_first(self, table: str, column: str, row: tuple):
+        """Store `row` (its key first) in `table` unless the key is held; the stored `column`
+        of the key (the first written for it)."""
+        marks = ", ".join("?" * len(row))
+        with self._lock:
+            self._db.execute(f"INSERT OR IGNORE INTO {table} VALUES ({marks})", row)
+            stored = self._db.execute(f"SELECT {column} FROM {table} WHERE key = ?", (row[0],))
+            return stored.fetchone()[0]
 
     def num_texts(self) -> int:
         """How many texts the cache holds (`len(cache)` counts the scores)."""
