@@ -3,7 +3,7 @@ each run under inferred noise."""
 
 from __future__ import annotations
 
-from ...traces import blame_runs, group_runs, readout
+from ...traces.blame import blame_runs, group_runs, readout
 from ._evaluate import Prediction
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from ...traces import load_runs
+from ...traces.importers import load_runs
 from ._baselines import baselines
 from ._evaluate import Evaluation, Score, check_labels, evaluate, load_predictions
 from ._method import blame_predictions
