@@ -9,7 +9,9 @@
   `blamejax.stats.checkpoints`, `report.step_rows`, `_checks.split_case_ids`,
   `BatchResult.plot`) exists. A name said to live in a file ("`StepPlan` in
   `pipeline/_plans.py`") is defined there, and a bare file name (`_plans.py`) lies in the
-  folder its paragraph names before it. A failure names the file, the line and the target.
+  folder its paragraph names before it, and a name after a file
+  (`scorers/_lazy.py:fill_lazily`) is defined in that file. A failure names the file, the
+  line and the target.
 
 Read statically where it can (paths, API pages); names are looked up on the imported package.
 """
@@ -331,6 +333,19 @@ def _misfiled(path: pathlib.Path) -> list[str]:
     return misfiled
 
 
+# A name after a file (`scorers/_lazy.py:fill_lazily`, `_chart.py:Panel.x`): defined in it.
+NAME_AFTER_FILE = re.compile(r"(.+\.py):([A-Za-z_]\w*(?:\.\w+)?)")
+
+
+def _name_in_its_file(ref: str) -> bool:
+    """False when `ref` is `file.py:name` and no file of that path defines `name`."""
+    match = NAME_AFTER_FILE.fullmatch(ref)
+    if not match:
+        return True
+    files = _files(match.group(1))
+    return not files or any(_defines(f, match.group(2)) for f in files)
+
+
 def _broken_references(path: pathlib.Path) -> list[str]:
     broken = []
     where = path.relative_to(ROOT)
@@ -338,6 +353,8 @@ def _broken_references(path: pathlib.Path) -> list[str]:
         if _is_path(ref):
             if not _path_exists(ref):
                 broken.append(f"{where}:{line}: `{ref}`: no such file or folder in the repository")
+            elif not _name_in_its_file(ref):
+                broken.append(f"{where}:{line}: `{ref}`: the file does not define that name")
         elif _name_exists(ref) is False:
             broken.append(f"{where}:{line}: `{ref}`: no such name in blamejax")
     return broken + _misplaced_names(path) + _misfiled(path)
@@ -369,6 +386,9 @@ def test_the_reference_check_sees_what_it_should():
     assert _name_exists("worlds.key") is None  # a variable holding a `World`
     assert _name_exists("_no_such_module.name") is False
     assert _name_exists("jax.grad") is None and _name_exists("lax.scan") is None
+    assert _name_in_its_file("scorers/_lazy.py:fill_lazily") and _name_in_its_file("_chart.py:42")
+    assert not _name_in_its_file("scorers/_lazy.py:batch_chart")
+    assert not _name_in_its_file("report/_chart.py:no_such_name")
     plans, context = PACKAGE / "pipeline" / "_plans.py", PACKAGE / "pipeline" / "_context.py"
     assert _defines(plans, "StepPlan") and not _defines(context, "StepPlan")
     assert _defines(PACKAGE / "pipeline" / "__init__.py", "StepPlan")  # an export counts there
