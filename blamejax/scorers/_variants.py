@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from ._meter import Meter
 from ._request import check_requests
-from ._scorer import Scorer
+from ._scorer import Scorer, check_scorer
 from ._text import check_text_requests
 
 
@@ -46,10 +46,7 @@ class ByVariant(Scorer):
         for variant, scorer in scorers.items():
             if not isinstance(variant, str) or not variant:
                 raise TypeError(f"`scorers` keys must be variant names, got {variant!r}")
-            if not isinstance(scorer, Scorer):
-                raise TypeError(
-                    f"`scorers[{variant!r}]` must be a bj.scorers.Scorer, got {scorer!r}"
-                )
+            check_scorer(scorer, f"scorers[{variant!r}]")
         if default is not None and not isinstance(default, Scorer):
             raise TypeError(f"`default` must be a bj.scorers.Scorer or None, got {default!r}")
         super().__init__()
