@@ -1,5 +1,6 @@
 import os
 import signal
+import zlib
 
 import jax
 import pytest
@@ -112,3 +113,34 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(
                 pytest.mark.skip(reason="x32_only: " + (marker.args[0] if marker.args else ""))
             )
+
+
+# The error table (tests/test_errors.py, one test per row) is the largest file of the suite by
+# far. Under `--dist loadfile` a file is one unit of work, given whole to one worker; the table
+# is handed out in `ERROR_TABLE_PARTS` units instead, rows of one family (the first word of
+# their id: `trace-`, `whowhen-`, `cli-`, ...) together, since they share compiled programs.
+ERROR_TABLE_PARTS = 4
+
+
+def error_table_part(nodeid: str) -> int | None:
+    """The part of the error table that the test `nodeid` falls in, or None for any other test."""
+    file, _, name = nodeid.partition("::")
+    if not (file.endswith("test_errors.py") and name.startswith("test_error[")):
+        return None
+    family = name.removeprefix("test_error[").split("-")[0]
+    return zlib.crc32(family.encode()) % ERROR_TABLE_PARTS
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile`, with the error table in several units of work (pytest-xdist's hook)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class _LoadFileSplittingTheErrorTable(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            part = error_table_part(nodeid)
+            file = super()._split_scope(nodeid)
+            return file if part is None else f"{file}#{part}"
+
+    return _LoadFileSplittingTheErrorTable(config, log)
