@@ -2,7 +2,7 @@
 long. JAX's persistent cache keeps no program that holds a host callback (`jax.debug.callback`,
 `equinox.error_if`, ...), so such a program is compiled again in every process, every run.
 
-    python benchmarks/uncached_programs.py [PYTEST ARGS ...]
+    python tests/tools/uncached_programs.py [PYTEST ARGS ...]
 
 runs `python -m pytest -q -p no:randomly PYTEST ARGS` with a plugin (this file) that logs JAX's
 compiler messages in every worker, then prints, per program, how many times it was compiled
