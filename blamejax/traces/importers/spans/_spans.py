@@ -70,143 +70,33 @@ def _running_agent(agent_spans, start) -> str | None:
 
 
 def _import(path, fields_of, outcomes, outcome_key, ok_means_passed, errors, convention):
+    """The span importers' common path: read the spans of `path`, group them by trace, check
+    each trace's tree, turn each span into a step (`fields_of`) and each trace into a run with
+    its outcome; a trace with a problem is left out and its problems reported."""
     if errors not in ERRORS:
         raise ValueError(f"errors must be 'raise' or 'collect', got {errors!r}")
     if not isinstance(ok_means_passed, bool):
         raise TypeError(f"ok_means_passed must be True or False, got {ok_means_passed!r}")
-    outcomes = check_outcomes(outcomes, outcome_key)
-    if outcome_key == "trace_id":  # ids as the SDK prints them ("0x..."), or base64
-        outcomes = {
-            hex_id(k.removeprefix("0x").removeprefix("tr-"), 16)[0] if isinstance(k, str) else k: v
-            for k, v in outcomes.items()
-        }
+    outcomes = _outcomes_by_key(check_outcomes(outcomes, outcome_key), outcome_key)
     problems: list[Problem] = []
     spans, logs, broken, skipped = read_sources(path, problems)
     traces: dict[str, list[dict]] = {}
     for span in spans:
         traces.setdefault(span["trace"], []).append(span)
     skipped += _join_logs(logs, traces, problems)
-    known = set(broken)
-    for tid, group in traces.items():
-        known.update(keys_of(tid, [s for s in group if s["parent"] is None], outcome_key))
-    what = {"trace_id": "no trace has this id", "root_name": "no root span has this name"}
-    for key in outcomes:
-        if key not in known:
-            message = what.get(outcome_key, f"no root span has this {outcome_key}")
-            problems.append(Problem(str(path), None, f"outcomes[{key!r}]", message))
+    _check_outcome_keys(path, traces, broken, outcomes, outcome_key, problems)
     skipped += sum(1 for tid in broken if tid not in traces)  # no span of it could be read
     runs, matched, agentless = [], set(), []
     for tid, group in traces.items():
-        found: list[Problem] = []
         if tid in broken:  # a run without some of its spans would be wrong: leave it out
             message = f"not imported: {broken[tid]} of its spans could not be read (see above)"
             problems.append(Problem(group[0]["file"], group[0]["line"], f"trace[{tid}]", message))
             skipped += 1
             continue
-
-        def bad(span, field, message):
-            found.append(
-                Problem(
-                    span["file"],
-                    span["line"],
-                    f"span[{span['id']}]" + (f".{field}" if field else ""),
-                    message,
-                )
-            )
-
-        ids = {}
-        for span in group:
-            if span["id"] in ids:
-                bad(span, "spanId", f"duplicate span id in trace {tid}")
-            ids.setdefault(span["id"], span)
-        for span in group:
-            if span["parent"] is not None and span["parent"] not in ids:
-                bad(
-                    span,
-                    "parentSpanId",
-                    f"unknown parent span {span['parent']}: not in trace {tid}",
-                )
-        roots = [s for s in group if s["parent"] is None]
-        if found or not roots:
-            if not found:
-                bad(
-                    group[0],
-                    "parentSpanId",
-                    f"trace {tid} has no root span (every span has a parent)",
-                )
-            problems += found
-            skipped += 1
-            continue
-        for span in group:
-            trail, up = {span["id"]}, ids.get(span["parent"])
-            while up is not None and up["id"] not in trail:
-                trail.add(up["id"])
-                up = ids.get(up["parent"])
-            if up is not None:
-                bad(span, "parentSpanId", f"its ancestors form a cycle in trace {tid}")
+        found: list[Problem] = []
+        settings = (outcomes, outcome_key, ok_means_passed, matched)
+        run, model_calls = _run_of(tid, group, fields_of, settings, found)
         if found:
-            problems += found
-            skipped += 1
-            continue
-        names, taken, agents, steps, spans_of_steps = {}, set(), {}, [], []
-        agent_spans: list = []  # (start, end, agent) of the agent spans met so far
-        model_calls = 0
-        from_base64 = any(s["base64"] for s in group)
-        for span in ordered(list(ids.values())):
-            name, k = span["name"], 1
-            while name in taken:
-                k += 1
-                name = f"{span['name']} #{k}"
-            names[span["id"]] = name
-            taken.add(name)
-            used: set[str] = set()
-            agent_above, from_agent_span = agents.get(span["parent"], (None, False))
-            beside = _running_agent(agent_spans, span["start"])
-            try:
-                fields = fields_of(span, (agent_above, from_agent_span, beside), used)
-            except Bad as e:
-                key, _, message = str(e).partition(": ")
-                bad(span, key, message)
-                continue
-            agents[span["id"]] = (fields["agent"], fields.pop("from_agent_span"))
-            if fields.pop("agent_span") and fields["agent"] is not None:
-                agent_spans.append((span["start"], span.get("end", span["start"]), fields["agent"]))
-            model_calls += fields.pop("model_call")
-            extra = dict(span["extra"])
-            if span.get("logs"):
-                extra["logs"] = span["logs"]
-            rest = {k: v for k, v in span["attributes"].items() if k not in used}
-            if rest:
-                extra["attributes"] = rest
-            if span["resource"] != group[0]["resource"]:
-                extra["resource"] = span["resource"]
-            parents = () if span["parent"] is None else (names[span["parent"]],)
-            steps.append(Step(name=name, parents=parents, extra=extra, **fields))
-            spans_of_steps.append(span)
-        score, passed, source = outcome(
-            tid, roots, outcomes, outcome_key, ok_means_passed, bad, matched
-        )
-        if found:
-            problems += found
-            skipped += 1
-            continue
-        extra = {"resource": group[0]["resource"]} if group[0]["resource"] else {}
-        extra["outcome_from"] = source
-        if from_base64:
-            extra["ids"] = BASE64_NOTE
-        run = Run(run=tid, steps=tuple(steps), score=score, passed=passed, extra=extra)
-        checked = check_run(to_record(run))
-        if checked:
-            for field, message in checked:  # a step's problem is named by its span
-                match = re.match(r"steps\[(\d+)\]\.?(.*)", field)
-                if match:
-                    bad(spans_of_steps[int(match.group(1))], match.group(2), message)
-                else:
-                    found.append(
-                        Problem(
-                            roots[0]["file"], roots[0]["line"], f"trace[{tid}].{field}", message
-                        )
-                    )
             problems += found
             skipped += 1
             continue
@@ -219,6 +109,136 @@ def _import(path, fields_of, outcomes, outcome_key, ok_means_passed, errors, con
             stacklevel=user_stacklevel(),
         )
     return deliver(runs, problems, skipped, errors)
+
+
+def _outcomes_by_key(outcomes: dict, outcome_key: str) -> dict:
+    """Trace ids as the SDK prints them ("0x...", "tr-...") or in base64, in the importer's
+    hex form; other keys as given."""
+    if outcome_key != "trace_id":
+        return outcomes
+    return {
+        hex_id(k.removeprefix("0x").removeprefix("tr-"), 16)[0] if isinstance(k, str) else k: v
+        for k, v in outcomes.items()
+    }
+
+
+def _check_outcome_keys(path, traces, broken, outcomes, outcome_key, problems) -> None:
+    """A problem for each key of `outcomes` that names no trace of the file."""
+    known = set(broken)
+    for tid, group in traces.items():
+        known.update(keys_of(tid, [s for s in group if s["parent"] is None], outcome_key))
+    what = {"trace_id": "no trace has this id", "root_name": "no root span has this name"}
+    for key in outcomes:
+        if key not in known:
+            message = what.get(outcome_key, f"no root span has this {outcome_key}")
+            problems.append(Problem(str(path), None, f"outcomes[{key!r}]", message))
+
+
+def _reporter(found: list):
+    """`bad(span, field, message)`: a problem named by its span (and field), put in `found`."""
+
+    def bad(span, field, message):
+        where = f"span[{span['id']}]" + (f".{field}" if field else "")
+        found.append(Problem(span["file"], span["line"], where, message))
+
+    return bad
+
+
+def _run_of(tid, group, fields_of, settings, found):
+    """The run of one trace's spans and its count of model calls; `(None, 0)` with the
+    problems in `found` when its tree, a span's fields, its outcome or the run is wrong."""
+    outcomes, outcome_key, ok_means_passed, matched = settings
+    bad = _reporter(found)
+    ids, roots = _span_tree(tid, group, bad, found)
+    if found:
+        return None, 0
+    steps, spans_of_steps, model_calls = _steps_of(ids, group, fields_of, bad)
+    score, passed, source = outcome(
+        tid, roots, outcomes, outcome_key, ok_means_passed, bad, matched
+    )
+    if found:
+        return None, 0
+    extra = {"resource": group[0]["resource"]} if group[0]["resource"] else {}
+    extra["outcome_from"] = source
+    if any(s["base64"] for s in group):
+        extra["ids"] = BASE64_NOTE
+    run = Run(run=tid, steps=tuple(steps), score=score, passed=passed, extra=extra)
+    for field, message in check_run(to_record(run)):  # a step's problem is named by its span
+        match = re.match(r"steps\[(\d+)\]\.?(.*)", field)
+        if match:
+            bad(spans_of_steps[int(match.group(1))], match.group(2), message)
+        else:
+            where = f"trace[{tid}].{field}"
+            found.append(Problem(roots[0]["file"], roots[0]["line"], where, message))
+    return (None, 0) if found else (run, model_calls)
+
+
+def _span_tree(tid, group, bad, found):
+    """The spans of one trace by id, and its roots; a problem for a duplicate id, an unknown
+    parent, a trace without a root, or ancestors that form a cycle."""
+    ids = {}
+    for span in group:
+        if span["id"] in ids:
+            bad(span, "spanId", f"duplicate span id in trace {tid}")
+        ids.setdefault(span["id"], span)
+    for span in group:
+        if span["parent"] is not None and span["parent"] not in ids:
+            bad(span, "parentSpanId", f"unknown parent span {span['parent']}: not in trace {tid}")
+    roots = [s for s in group if s["parent"] is None]
+    if found or not roots:
+        if not found:
+            bad(group[0], "parentSpanId", f"trace {tid} has no root span (every span has a parent)")
+        return ids, roots
+    for span in group:
+        trail, up = {span["id"]}, ids.get(span["parent"])
+        while up is not None and up["id"] not in trail:
+            trail.add(up["id"])
+            up = ids.get(up["parent"])
+        if up is not None:
+            bad(span, "parentSpanId", f"its ancestors form a cycle in trace {tid}")
+    return ids, roots
+
+
+def _steps_of(ids, group, fields_of, bad):
+    """One step per span, in order: a unique name, its parents, the fields `fields_of` reads
+    (with the agent above it, whether that came from an agent span, and the agent span
+    running beside it), the attributes it did not read kept in `extra`. Returns the steps,
+    their spans and the count of model calls."""
+    names, taken, agents, steps, spans_of_steps = {}, set(), {}, [], []
+    agent_spans: list = []  # (start, end, agent) of the agent spans met so far
+    model_calls = 0
+    for span in ordered(list(ids.values())):
+        name, k = span["name"], 1
+        while name in taken:
+            k += 1
+            name = f"{span['name']} #{k}"
+        names[span["id"]] = name
+        taken.add(name)
+        used: set[str] = set()
+        agent_above, from_agent_span = agents.get(span["parent"], (None, False))
+        beside = _running_agent(agent_spans, span["start"])
+        try:
+            fields = fields_of(span, (agent_above, from_agent_span, beside), used)
+        except Bad as e:
+            key, _, message = str(e).partition(": ")
+            bad(span, key, message)
+            continue
+        agents[span["id"]] = (fields["agent"], fields.pop("from_agent_span"))
+        if fields.pop("agent_span") and fields["agent"] is not None:
+            agent_spans.append((span["start"], span.get("end", span["start"]), fields["agent"]))
+        model_calls += fields.pop("model_call")
+        extra = dict(span["extra"])
+        if span.get("logs"):
+            extra["logs"] = span["logs"]
+        rest = {k: v for k, v in span["attributes"].items() if k not in used}
+        if rest:
+            extra["attributes"] = rest
+        if span["resource"] != group[0]["resource"]:
+            extra["resource"] = span["resource"]
+        parents = () if span["parent"] is None else (names[span["parent"]],)
+        steps.append(Step(name=name, parents=parents, extra=extra, **fields))
+        spans_of_steps.append(span)
+    return steps, spans_of_steps, model_calls
 
 
 class NoAgentsWarning(UserWarning):
