@@ -135,12 +135,37 @@ DEMO_FLAGS = {
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The parser of `python -m blamejax`: one sub-command each for `demo`, `whowhen` and
+    `blame`."""
     parser = argparse.ArgumentParser(
         prog="python -m blamejax",
         description="blamejax: which step of a failed stochastic pipeline is to blame.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="run a built-in demo and print its blame table")
+    _demo_arguments(sub.add_parser("demo", help="run a built-in demo and print its blame table"))
+    _whowhen_arguments(
+        sub.add_parser(
+            "whowhen",
+            help="score who-and-when predictions on labelled runs, beside offline baselines",
+        )
+    )
+    _blame_arguments(
+        sub.add_parser(
+            "blame",
+            help="blame the decisions of traced runs: import spans, score the decisions, write a report",
+            description=(
+                "Import a tracer's span file or folder (OpenTelemetry GenAI or OpenInference, OTLP "
+                "JSON or the console exporter's output) or a blamejax trace file, declare the "
+                "decisions, score them with an OpenAI-compatible model, blame exactly and print "
+                "who and when, writing an HTML report."
+            ),
+        )
+    )
+    return parser
+
+
+def _demo_arguments(demo) -> None:
+    """`demo NAME`: which demo, its seed and size, and the `rag` demo's settings."""
     demo.add_argument("name", choices=sorted(DEMOS), help="which demo to run")
     demo.add_argument(
         "--seed",
@@ -202,9 +227,10 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="compile everything afresh and keep nothing on disk",
     )
-    whowhen = sub.add_parser(
-        "whowhen", help="score who-and-when predictions on labelled runs, beside offline baselines"
-    )
+
+
+def _whowhen_arguments(whowhen) -> None:
+    """`whowhen PATH`: the labelled runs, a method's predictions to score, the scoring rules."""
     whowhen.add_argument(
         "path",
         help="labelled runs: a Who&When .json file or folder, or a .jsonl trace file or folder",
@@ -225,16 +251,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         help="seed of the inferred noise when blamejax blames runs that carry logits (default 0)",
     )
-    blame = sub.add_parser(
-        "blame",
-        help="blame the decisions of traced runs: import spans, score the decisions, write a report",
-        description=(
-            "Import a tracer's span file or folder (OpenTelemetry GenAI or OpenInference, OTLP "
-            "JSON or the console exporter's output) or a blamejax trace file, declare the "
-            "decisions, score them with an OpenAI-compatible model, blame exactly and print "
-            "who and when, writing an HTML report."
-        ),
-    )
+
+
+def _blame_arguments(blame) -> None:
+    """`blame TRACES`: the spans, the decisions and outcomes, the scorer, the blame settings
+    and the report."""
     blame.add_argument("traces", help="a span file or folder, or a blamejax .jsonl trace file")
     blame.add_argument(
         "--decisions",
@@ -281,7 +302,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", default="blamejax-blame.html", help="the HTML report (default blamejax-blame.html)"
     )
     blame.add_argument("--no-progress", action="store_true", help="hide the progress bars")
-    return parser
 
 
 def _blame(parser, args) -> int:
