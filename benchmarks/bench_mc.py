@@ -240,9 +240,8 @@ def coverage(n, num_games, seeds_per_game, seed, log):
             bj.recorded_worlds(0, range(num)),
             key=seed,
             max_evaluations=2 + (n - 1) * 2000,
-            radius=radius,
-            first_checkpoint=4,
-            growth=1.5,
+            interval=bj.stats.Interval(radius),
+            schedule=bj.stats.Schedule(first=4, growth=1.5),
             epsilon=0.01,
             history=True,
         )
@@ -711,7 +710,7 @@ def main(argv=None) -> int:
             )
     lines.append("")
     lines.append(
-        f"Coverage, delta = 0.1 per run, {num_runs} adaptive runs (top-1 rule, epsilon = 0.01, first_checkpoint = 4, "
+        f"Coverage, delta = 0.1 per run, {num_runs} adaptive runs (top-1 rule, epsilon = 0.01, first look = 4, "
         "growth = 1.5, n = 16): runs in which some interval at some checkpoint up to stopping missed "
         "the exact value (137 is the 1 - 1e-4 quantile of Binomial(1000, 0.1)).\n"
     )

@@ -1,6 +1,6 @@
-"""Checks of plain arguments (numbers, flags, choices, functions, the checkpoint schedule):
-each raises a `TypeError`/`ValueError` that names the argument as the user typed it, what was
-expected and what was received, and returns the value in its plain Python type.
+"""Checks of plain arguments (numbers, flags, choices, functions): each raises a `TypeError`/`ValueError` that names the argument as the user typed it, what was
+expected and what was received, and returns the value in its plain Python type; and
+`renamed_keywords`, the one way an entry point keeps an old keyword working for a while.
 
 They import nothing from the package, so every floor (statistics included) can use them; the
 checks that know pipelines, worlds and plans are in `blamejax._checks`.
@@ -8,12 +8,16 @@ checks that know pipelines, worlds and plans are in `blamejax._checks`.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import inspect
 import math
-from collections.abc import Hashable
+import warnings
+from collections.abc import Callable, Hashable
 
 import numpy as np
 
-MIN_GROWTH = 1 + 1e-4  # the smallest checkpoint growth factor (`check_growth`)
+MIN_GROWTH = 1 + 1e-4  # the smallest growth factor of a schedule of looks (`check_growth`)
 
 
 def _is_number(value) -> bool:
@@ -46,13 +50,6 @@ def check_probability(value, argument: str, what: str = "a probability") -> floa
     return float(value)
 
 
-def check_first_checkpoint(value, unit: str) -> int:
-    """`first_checkpoint`, the first look of a checkpoint schedule: an int >= 2 (the
-    empirical Bernstein radius needs two samples), counted in `unit` ("samples",
-    "failures")."""
-    return check_int_at_least(value, "first_checkpoint", 2, unit)
-
-
 def check_int_at_least(value, argument: str, low: int, unit: str | None = None) -> int:
     """`value`, an int >= `low` (counted in `unit`, where given), as a Python int."""
     if not _is_int(value) or value < low:
@@ -62,11 +59,11 @@ def check_int_at_least(value, argument: str, low: int, unit: str | None = None) 
 
 
 def check_growth(value) -> float:
-    """`growth`, the growth factor of a checkpoint schedule: a finite number >= `MIN_GROWTH`
+    """`growth`, the growth factor of a schedule of looks: a finite number >= `MIN_GROWTH`
     (closer to 1, the schedule would look at nearly every sample)."""
     if not _is_number(value) or not MIN_GROWTH <= value < math.inf:
         raise ValueError(
-            f"`growth` must be a finite number >= 1 + 1e-4 (the checkpoint growth factor), "
+            f"`growth` must be a finite number >= 1 + 1e-4 (the schedule's growth factor), "
             f"got {value!r}"
         )
     return value
@@ -120,6 +117,14 @@ def check_function(value, argument: str, signature: str, allow_none: bool = True
     raise TypeError(f"`{argument}` must be {expected}, got {value!r}")
 
 
+def check_option(value, argument: str, cls: type):
+    """`value`, an instance of the options class `cls` (which checked its own fields)."""
+    if not isinstance(value, cls):
+        home = ".".join(part for part in cls.__module__.split(".") if not part.startswith("_"))
+        raise TypeError(f"`{argument}` must be a {home}.{cls.__name__}, got {value!r}")
+    return value
+
+
 def check_threshold(threshold) -> float:
     """`threshold`, a finite Python number, as a float."""
     if (
@@ -129,3 +134,65 @@ def check_threshold(threshold) -> float:
     ):
         raise ValueError(f"`threshold` must be a finite number, got {threshold!r}")
     return float(threshold)
+
+
+def renamed_keywords(**groups: dict[str, str | Callable]):
+    """Keep old keywords of an entry point working for a deprecation period.
+
+    Each group maps a new keyword to its old ones: `new={old: field}` sets `field` of the
+    new keyword's value (an options object, replaced with `dataclasses.replace` from the
+    default in the signature, so its own checks run), and `new={old: function}` makes the
+    new value from the old one. An old keyword warns (`DeprecationWarning`) with the new
+    spelling; old and new together are a `TypeError`. A keyword that keeps its name but
+    takes an options object now (`interval="normal"` for `interval=Interval("normal")`) is
+    old when its value is not of the default's type.
+
+    ```python
+    @renamed_keywords(schedule={"first_checkpoint": "first", "growth": "growth"})
+    def run(*, schedule=Schedule(10, 1.5)): ...
+    ```
+    """
+
+    def decorate(function):
+        defaults = {
+            name: parameter.default
+            for name, parameter in inspect.signature(function).parameters.items()
+        }
+
+        @functools.wraps(function)
+        def wrapper(*args, **kwargs):
+            for new, olds in groups.items():
+                default = defaults[new]
+                given = {
+                    old: kwargs.pop(old)
+                    for old in olds
+                    if old in kwargs and not (old == new and isinstance(kwargs[old], type(default)))
+                }
+                if not given:
+                    continue
+                if new in kwargs:
+                    names = ", ".join(f"`{old}`" for old in given)
+                    raise TypeError(
+                        f"`{function.__name__}` got `{new}` and the old {names} together; "
+                        f"pass only `{new}`"
+                    )
+                value = default
+                for old, old_value in given.items():
+                    how = olds[old]
+                    if callable(how):
+                        value = how(old_value)
+                    else:
+                        value = dataclasses.replace(value, **{how: old_value})
+                names = ", ".join(f"`{old}=`" for old in given)
+                warnings.warn(
+                    f"{names} of `{function.__name__}` is deprecated and will be removed; "
+                    f"pass `{new}={value!r}`",
+                    DeprecationWarning,
+                    stacklevel=2,
+                )
+                kwargs[new] = value
+            return function(*args, **kwargs)
+
+        return wrapper
+
+    return decorate

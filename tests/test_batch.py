@@ -25,7 +25,12 @@ def _batch_cases(num_cases=24):
 def test_batch_equals_per_failure_loop():
     cases = _batch_cases()
     result = bj.blame_batch(
-        chain_pipeline, cases, 3, noise="fresh", num_worlds=2, first_checkpoint=4
+        chain_pipeline,
+        cases,
+        3,
+        noise="fresh",
+        num_worlds=2,
+        schedule=bj.stats.Schedule(first=4, growth=1.5),
     )
     run = bj.replay(chain_pipeline, cases, bj.recorded_worlds(3, range(24)))
     factual = np.asarray(run["score"][:, 0])
@@ -128,21 +133,23 @@ def test_inferred_worlds_reproduce_each_failure():
     assert "abducted" in result.question and result.noise == "inferred"
 
 
-def test_stop_early_uses_fewer_failures():
+def test_stopping_early_uses_fewer_failures():
     cases = bj.demos.refund_cases(120)
-    full = bj.blame_batch(bj.demos.refund_pipeline, cases, 0, interval="normal")
-    early = bj.blame_batch(bj.demos.refund_pipeline, cases, 0, interval="normal", stop_early=True)
+    normal = bj.stats.Interval("normal")
+    full = bj.blame_batch(bj.demos.refund_pipeline, cases, 0, interval=normal)
+    early = bj.blame_batch(bj.demos.refund_pipeline, cases, 0, interval=normal, stop="top1")
     # planner and retriever tie at 5/12: the top step never separates, so no early stop
     assert not full.separated and early.num_analysed == full.num_analysed
 
 
-def test_stop_early_stops_at_the_first_separated_checkpoint():
+def test_stopping_early_stops_at_the_first_separated_look():
     # On the 8-step agent the normal rule separates the top step after about 150 of 326
     # failures (the finite-sample rule needs more than this test set has).
     cases = bj.demos.agent8_cases(400)
-    kwargs = dict(interval="normal", first_checkpoint=4, growth=1.5)
+    schedule = bj.stats.Schedule(first=4, growth=1.5)
+    kwargs = dict(interval=bj.stats.Interval("normal"), schedule=schedule)
     full = bj.blame_batch(bj.demos.agent8_pipeline, cases, 0, **kwargs)
-    early = bj.blame_batch(bj.demos.agent8_pipeline, cases, 0, stop_early=True, **kwargs)
+    early = bj.blame_batch(bj.demos.agent8_pipeline, cases, 0, stop="top1", **kwargs)
     stop = full.separated_at["normal"]
     assert full.separated and stop is not None and stop < full.num_analysed  # it does stop early
     # The early run analyses exactly the failures up to that checkpoint, in the same order,
@@ -152,7 +159,7 @@ def test_stop_early_stops_at_the_first_separated_checkpoint():
     np.testing.assert_allclose(early.shapley, full.shapley[:stop], atol=1e-6)
     other = early.separated_at["bernstein"]
     assert other is None or other <= stop
-    k = bj.stats.checkpoints(4, 1.5, full.num_analysed).index(stop) + 1
+    k = bj.stats.looks(schedule, full.num_analysed).index(stop) + 1
     _, lo, hi, sep = bj.stats.checkpoint_interval(
         np.asarray(full.shapley[:stop], np.float64), k, "normal", 0.1, 2.0
     )
@@ -224,3 +231,49 @@ def test_observed_choices_decide_which_cases_failed():
     np.testing.assert_array_equal(result.factual_score, 0.0)
     np.testing.assert_array_equal(result.empty, 0.0)  # every posterior world replays the failure
     np.testing.assert_array_equal(np.asarray(result.coalition_choices)[:, 0], observed[ids])
+
+
+def test_old_keywords_warn_and_give_the_same_result():
+    """The deprecation period: `interval="normal"` (a string), `delta=`, `first_checkpoint=`,
+    `growth=` and `stop_early=` still work, each naming the new spelling in a
+    `DeprecationWarning`, with the same result; old and new together are an error."""
+    cases = bj.demos.refund_cases(60)
+    new = bj.blame_batch(
+        bj.demos.refund_pipeline,
+        cases,
+        0,
+        interval=bj.stats.Interval("normal", delta=0.05),
+        schedule=bj.stats.Schedule(first=4, growth=2.0),
+        stop="top1",
+    )
+    with pytest.warns(DeprecationWarning) as record:
+        old = bj.blame_batch(
+            bj.demos.refund_pipeline,
+            cases,
+            0,
+            interval="normal",
+            delta=0.05,
+            first_checkpoint=4,
+            growth=2.0,
+            stop_early=True,
+        )
+    assert [str(w.message) for w in record] == [
+        "`interval=`, `delta=` of `blame_batch` is deprecated and will be removed; pass "
+        "`interval=Interval(kind='normal', delta=0.05)`",
+        "`first_checkpoint=`, `growth=` of `blame_batch` is deprecated and will be removed; "
+        "pass `schedule=Schedule(first=4, growth=2.0)`",
+        "`stop_early=` of `blame_batch` is deprecated and will be removed; pass `stop=('top1',)`",
+    ]
+    for name in ("failure_ids", "shapley", "mean_shapley", "lower", "upper"):
+        np.testing.assert_array_equal(getattr(old, name), getattr(new, name), err_msg=name)
+    assert (old.interval, old.delta, old.separated_at) == (
+        new.interval,
+        new.delta,
+        new.separated_at,
+    )
+    with pytest.raises(TypeError, match="`stop_early` must be a bool"):  # before the warning
+        bj.blame_batch(bj.demos.refund_pipeline, cases, 0, stop_early="yes")
+    with pytest.raises(TypeError, match="got `schedule` and the old `growth` together"):
+        bj.blame_batch(
+            bj.demos.refund_pipeline, cases, 0, schedule=bj.stats.Schedule(4, 2.0), growth=2.0
+        )

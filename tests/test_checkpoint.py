@@ -160,12 +160,12 @@ def test_ctrl_c_keeps_the_last_block_and_resumes_bit_identically(tmp_path, monke
 
 
 @pytest.mark.parametrize("estimator", ["exact", pytest.param("mc", marks=pytest.mark.slow)])
-def test_resume_with_stop_early_and_monte_carlo(tmp_path, monkeypatch, estimator):
+def test_resume_when_stopping_early_and_monte_carlo(tmp_path, monkeypatch, estimator):
     cases = bj.demos.agent8_cases(300)
     kwargs = dict(
-        interval="normal",
-        first_checkpoint=4,
-        stop_early=True,
+        interval=bj.stats.Interval("normal"),
+        schedule=bj.stats.Schedule(first=4, growth=1.5),
+        stop="top1",
         estimator=estimator,
         num_permutations=8,
     )
@@ -282,7 +282,10 @@ def other_pipeline(ctx, case):
             "`noise` differs (file: recorded, this call: fresh); `num_worlds` differs (file: 8, this call: 4)",
         ),
         (dict(key=1), "`key` differs"),
-        (dict(delta=0.05), "`delta` differs (file: 0.1, this call: 0.05)"),
+        (
+            dict(interval=bj.stats.Interval(delta=0.05)),
+            "`delta` differs (file: 0.1, this call: 0.05)",
+        ),
         (dict(block_size=5), "`block_size` differs (file: 4, this call: 5)"),
         (dict(steps=["writer", "reviewer"]), "`steps` differs"),
         (
@@ -435,3 +438,56 @@ def test_the_progress_bar_moves_once_per_block(capsys):
     assert "failure/s" in err or "s/failure" in err
     assert f"{plain.num_analysed}/{plain.num_analysed} [" in err and "<00:00" in err
     assert_same_result(shown, plain)
+
+
+OLD_FILES = os.path.join(HERE, "data", "old_checkpoint")
+OLD_OPTIONS = dict(
+    interval=bj.stats.Interval("normal", delta=0.05),
+    schedule=bj.stats.Schedule(first=4, growth=2.0),
+    stop="top1",
+    block_size=8,
+)
+
+
+def old_checkpoint(tmp_path) -> str:
+    """A copy of the file `blame_batch` wrote before its options were values (commit
+    59fb466, old keywords; tests/data/old_checkpoint/make.py), interrupted after 16 failures,
+    with its environment entries (versions, backend) set to this one's: the file is kept
+    across upgrades, and what it must show is that its argument entries still match."""
+    from blamejax.estimators._checkpoint import _checksum, environment
+
+    mode = "x64" if jax.config.jax_enable_x64 else "x32"
+    with open(os.path.join(OLD_FILES, f"refund_{mode}.ckpt.json"), encoding="utf-8") as f:
+        document = json.load(f)
+    document["fingerprint"] |= environment()
+    document["sha256"] = _checksum({k: v for k, v in document.items() if k != "sha256"})
+    path = tmp_path / "old.ckpt.json"
+    path.write_text(json.dumps(document, indent=1), encoding="utf-8")
+    return str(path)
+
+
+def test_a_checkpoint_written_before_the_options_were_values_resumes(tmp_path, monkeypatch):
+    """Its 16 failures are read back, not recomputed (one more block is written), and the
+    result is bit for bit an uninterrupted run's under the new spelling."""
+    path = old_checkpoint(tmp_path)
+    cases = bj.demos.refund_cases(60)
+    writes = count_writes(monkeypatch)
+    resumed = bj.blame_batch(bj.demos.refund_pipeline, cases, 0, checkpoint=path, **OLD_OPTIONS)
+    assert len(writes) == 1  # 21 (x64: 20) failures: the file held two blocks of 8
+    plain = bj.blame_batch(bj.demos.refund_pipeline, cases, 0, **OLD_OPTIONS)
+    assert_same_result(resumed, plain)
+    assert resumed.interval == "normal" and resumed.delta == 0.05
+
+
+def test_a_checkpoint_written_before_the_options_were_values_resumes_under_old_keywords(
+    tmp_path,
+):
+    """The deprecation period: the same file, resumed with the keywords that wrote it."""
+    path = old_checkpoint(tmp_path)
+    cases = bj.demos.refund_cases(60)
+    old = dict(interval="normal", delta=0.05, first_checkpoint=4, growth=2.0, stop_early=True)
+    with pytest.warns(DeprecationWarning, match="is deprecated"):
+        resumed = bj.blame_batch(
+            bj.demos.refund_pipeline, cases, 0, checkpoint=path, block_size=8, **old
+        )
+    assert_same_result(resumed, bj.blame_batch(bj.demos.refund_pipeline, cases, 0, **OLD_OPTIONS))

@@ -144,11 +144,33 @@ def overrides(num_options=None):
 
 def mc(**kwargs):
     kwargs = dict(max_evaluations=10_000) | kwargs
-    return lambda: bj.mc_shapley(refund, CASES, WORLDS, 0, **kwargs)
+    return lambda: bj.mc_shapley(refund, CASES, WORLDS, 0, **_built(kwargs))
 
 
 def batch(**kwargs):
-    return lambda: bj.blame_batch(refund, CASES, 0, **kwargs)
+    return lambda: bj.blame_batch(refund, CASES, 0, **_built(kwargs))
+
+
+def later_interval(*args, **kwargs):
+    """A `bj.stats.Interval(*args, **kwargs)` built when the row runs (its checks raise there)."""
+    return _Later(lambda: bj.stats.Interval(*args, **kwargs))
+
+
+def later_schedule(first, growth):
+    """A `bj.stats.Schedule(first=first, growth=growth)` built when the row runs."""
+    return _Later(lambda: bj.stats.Schedule(first=first, growth=growth))
+
+
+class _Later:
+    def __init__(self, make):
+        self.make = make
+
+    def __call__(self):
+        return self.make()
+
+
+def _built(kwargs):
+    return {name: v() if isinstance(v, _Later) else v for name, v in kwargs.items()}
 
 
 def cli(*argv):
@@ -1428,12 +1450,12 @@ ROWS: list[Row] = [
     *rows(
         "mc_shapley",
         (
-            "max-evaluations-below-first-checkpoint",
+            "max-evaluations-below-first-look",
             "max_evaluations=10",
             mc(max_evaluations=10),
             ValueError,
             (
-                "`max_evaluations` = 10 does not reach the first checkpoint: first_checkpoint = 16 samples cost 50 evaluations here",
+                "`max_evaluations` = 10 does not reach the first look: the schedule's first look = 16 samples cost 50 evaluations here",
             ),
         ),
         (
@@ -1452,31 +1474,45 @@ ROWS: list[Row] = [
         ),
         (
             "mc-delta-zero",
-            "delta=0",
-            mc(delta=0),
+            "interval=Interval(delta=0)",
+            mc(interval=later_interval(delta=0)),
             ValueError,
             ("`delta` must be an error level in (0, 1), got 0",),
         ),
         (
             "mc-delta-above-one",
-            "delta=1.5",
-            mc(delta=1.5),
+            "interval=Interval(delta=1.5)",
+            mc(interval=later_interval(delta=1.5)),
             ValueError,
             ("`delta` must be an error level in (0, 1), got 1.5",),
         ),
         (
             "mc-delta-nan",
-            "delta=nan",
-            mc(delta=float("nan")),
+            "interval=Interval(delta=nan)",
+            mc(interval=later_interval(delta=float("nan"))),
             ValueError,
             ("`delta` must be an error level in (0, 1), got nan",),
         ),
         (
-            "radius-unknown",
-            'radius="wide"',
-            mc(radius="wide"),
+            "interval-kind-unknown",
+            'interval=Interval("wide")',
+            mc(interval=later_interval("wide")),
             ValueError,
-            ("`radius` must be one of ('bernstein', 'hoeffding', 'normal'), got 'wide'",),
+            ("`kind` must be one of ('bernstein', 'hoeffding', 'normal'), got 'wide'",),
+        ),
+        (
+            "mc-interval-a-string",
+            'interval="normal"',
+            mc(interval="normal"),
+            TypeError,
+            ("`interval` must be a blamejax.stats.Interval, got 'normal'",),
+        ),
+        (
+            "mc-schedule-a-tuple",
+            "schedule=(16, 1.25)",
+            mc(schedule=(16, 1.25)),
+            TypeError,
+            ("`schedule` must be a blamejax.stats.Schedule, got (16, 1.25)",),
         ),
         (
             "stop-unknown-rule",
@@ -1514,41 +1550,50 @@ ROWS: list[Row] = [
             ("the 'width' rule needs `epsilon` > 0",),
         ),
         (
-            "mc-first-checkpoint-one",
-            "first_checkpoint=1",
-            mc(first_checkpoint=1),
+            "mc-schedule-first-one",
+            "schedule=Schedule(first=1, growth=1.25)",
+            mc(schedule=later_schedule(1, 1.25)),
             ValueError,
-            ("`first_checkpoint` must be an int >= 2 (samples), got 1",),
+            ("`first` must be an int >= 2 (the first look, in samples or failures), got 1",),
         ),
         (
             "mc-growth-one",
-            "growth=1.0",
-            mc(growth=1.0),
+            "schedule=Schedule(first=16, growth=1.0)",
+            mc(schedule=later_schedule(16, 1.0)),
             ValueError,
             (
-                "`growth` must be a finite number >= 1 + 1e-4 (the checkpoint growth factor), got 1.0",
+                "`growth` must be a finite number >= 1 + 1e-4 (the schedule's growth factor), got 1.0",
             ),
         ),
         (
             "mc-growth-barely-above-one",
-            "growth=1 + 1e-12",
-            mc(growth=1 + 1e-12),
+            "schedule=Schedule(first=16, growth=1 + 1e-12)",
+            mc(schedule=later_schedule(16, 1 + 1e-12)),
             ValueError,
-            ("`growth` must be a finite number >= 1 + 1e-4", "got 1.000000000001"),
+            (
+                "`growth` must be a finite number >= 1 + 1e-4",
+                "got 1.000000000001",
+            ),
         ),
         (
             "mc-growth-string",
-            'growth="1.5"',
-            mc(growth="1.5"),
+            'schedule=Schedule(first=16, growth="1.5")',
+            mc(schedule=later_schedule(16, "1.5")),
             ValueError,
-            ("`growth` must be a finite number >= 1 + 1e-4", "got '1.5'"),
+            (
+                "`growth` must be a finite number >= 1 + 1e-4",
+                "got '1.5'",
+            ),
         ),
         (
             "mc-growth-infinite",
-            "growth=inf",
-            mc(growth=float("inf")),
+            "schedule=Schedule(first=16, growth=inf)",
+            mc(schedule=later_schedule(16, float("inf"))),
             ValueError,
-            ("`growth` must be", "got inf"),
+            (
+                "`growth` must be",
+                "got inf",
+            ),
         ),
         (
             "antithetic-not-bool",
@@ -1688,49 +1733,75 @@ ROWS: list[Row] = [
             ("`num_permutations` must be an int >= 2, got 1",),
         ),
         (
-            "interval-unknown",
-            'interval="hoeffding"',
-            batch(interval="hoeffding"),
+            "interval-kind-hoeffding",
+            'interval=Interval("hoeffding")',
+            batch(interval=later_interval("hoeffding")),
             ValueError,
-            ("`interval` must be one of ('bernstein', 'normal'), got 'hoeffding'",),
+            ("`interval.kind` must be one of ('bernstein', 'normal'), got 'hoeffding'",),
+        ),
+        (
+            "interval-and-old-delta-together",
+            "interval=Interval(), delta=0.05",
+            batch(interval=later_interval(), delta=0.05),
+            TypeError,
+            ("`blame_batch` got `interval` and the old `delta` together; pass only `interval`",),
         ),
         (
             "batch-delta-zero",
-            "delta=0",
-            batch(delta=0),
+            "interval=Interval(delta=0)",
+            batch(interval=later_interval(delta=0)),
             ValueError,
             ("`delta` must be an error level in (0, 1), got 0",),
         ),
         (
             "batch-delta-nan",
-            "delta=nan",
-            batch(delta=float("nan")),
+            "interval=Interval(delta=nan)",
+            batch(interval=later_interval(delta=float("nan"))),
             ValueError,
             ("`delta` must be an error level in (0, 1), got nan",),
         ),
-        ("batch-delta-string", 'delta="0.1"', batch(delta="0.1"), TypeError, ("`delta`", "'0.1'")),
         (
-            "first-checkpoint-one",
-            "first_checkpoint=1",
-            batch(first_checkpoint=1),
+            "batch-delta-string",
+            'interval=Interval(delta="0.1")',
+            batch(interval=later_interval(delta="0.1")),
+            TypeError,
+            (
+                "`delta`",
+                "'0.1'",
+            ),
+        ),
+        (
+            "schedule-first-one",
+            "schedule=Schedule(first=1, growth=1.5)",
+            batch(schedule=later_schedule(1, 1.5)),
             ValueError,
-            ("`first_checkpoint` must be an int >= 2 (failures), got 1",),
+            ("`first` must be an int >= 2 (the first look, in samples or failures), got 1",),
+        ),
+        (
+            "schedule-a-dict",
+            'schedule={"first": 4}',
+            batch(schedule={"first": 4}),
+            TypeError,
+            ("`schedule` must be a blamejax.stats.Schedule, got {'first': 4}",),
         ),
         (
             "growth-one",
-            "growth=1.0",
-            batch(growth=1.0),
+            "schedule=Schedule(first=10, growth=1.0)",
+            batch(schedule=later_schedule(10, 1.0)),
             ValueError,
             (
-                "`growth` must be a finite number >= 1 + 1e-4 (the checkpoint growth factor), got 1.0",
+                "`growth` must be a finite number >= 1 + 1e-4 (the schedule's growth factor), got 1.0",
             ),
         ),
         (
             "growth-barely-above-one",
-            "growth=1 + 1e-12",
-            batch(growth=1 + 1e-12),
+            "schedule=Schedule(first=10, growth=1 + 1e-12)",
+            batch(schedule=later_schedule(10, 1 + 1e-12)),
             ValueError,
-            ("`growth` must be a finite number >= 1 + 1e-4", "got 1.000000000001"),
+            (
+                "`growth` must be a finite number >= 1 + 1e-4",
+                "got 1.000000000001",
+            ),
         ),
         (
             "max-failures-zero",
@@ -1740,11 +1811,13 @@ ROWS: list[Row] = [
             ("`max_failures` must be None or a positive int, got 0",),
         ),
         (
-            "stop-early-not-bool",
-            'stop_early="yes"',
-            batch(stop_early="yes"),
-            TypeError,
-            ("`stop_early` must be a bool (True or False), got 'yes'",),
+            "batch-stop-unknown-rule",
+            'stop="ranking"',
+            batch(stop="ranking"),
+            ValueError,
+            (
+                "`stop` must be () (analyse every failure) or 'top1' (stop at the first look where the top step is separated), got 'ranking'",
+            ),
         ),
         (
             "option-names-too-few",
@@ -1959,41 +2032,44 @@ ROWS: list[Row] = [
     *rows(
         "Statistics",
         (
-            "checkpoints-first-checkpoint-one",
-            "stats.checkpoints(1, 2.0, 10)",
-            lambda: bj.stats.checkpoints(1, 2.0, 10),
+            "schedule-first-one-stats",
+            "stats.Schedule(first=1, growth=2.0)",
+            lambda: bj.stats.Schedule(first=1, growth=2.0),
             ValueError,
-            ("`first_checkpoint` must be an int >= 2 (samples), got 1",),
+            ("`first` must be an int >= 2 (the first look, in samples or failures), got 1",),
         ),
         (
-            "checkpoints-growth-one",
-            "stats.checkpoints(2, 1.0, 10)",
-            lambda: bj.stats.checkpoints(2, 1.0, 10),
+            "schedule-growth-one",
+            "stats.Schedule(first=2, growth=1.0)",
+            lambda: bj.stats.Schedule(first=2, growth=1.0),
             ValueError,
             (
-                "`growth` must be a finite number >= 1 + 1e-4 (the checkpoint growth factor), got 1.0",
+                "`growth` must be a finite number >= 1 + 1e-4 (the schedule's growth factor), got 1.0",
             ),
         ),
         (
-            "checkpoints-growth-nan",
-            "stats.checkpoints(2, nan, 10)",
-            lambda: bj.stats.checkpoints(2, float("nan"), 10),
+            "schedule-growth-nan",
+            "stats.Schedule(first=2, growth=nan)",
+            lambda: bj.stats.Schedule(first=2, growth=float("nan")),
             ValueError,
             (
-                "`growth` must be a finite number >= 1 + 1e-4 (the checkpoint growth factor), got nan",
+                "`growth` must be a finite number >= 1 + 1e-4 (the schedule's growth factor), got nan",
             ),
         ),
         (
-            "checkpoints-growth-barely-above-one",
-            "stats.checkpoints(2, 1 + 1e-12, 10**6)",
-            lambda: bj.stats.checkpoints(2, 1 + 1e-12, 10**6),
+            "schedule-growth-barely-above-one",
+            "stats.Schedule(first=2, growth=1 + 1e-12)",
+            lambda: bj.stats.Schedule(first=2, growth=1 + 1e-12),
             ValueError,
-            ("`growth` must be a finite number >= 1 + 1e-4", "got 1.000000000001"),
+            (
+                "`growth` must be a finite number >= 1 + 1e-4",
+                "got 1.000000000001",
+            ),
         ),
         (
-            "checkpoints-too-many-looks",
-            "stats.checkpoints(2, 1 + 1e-4, 10**50)",
-            lambda: bj.stats.checkpoints(2, 1 + 1e-4, 10**50),
+            "looks-too-many",
+            "stats.looks(Schedule(first=2, growth=1 + 1e-4), 10**50)",
+            lambda: bj.stats.looks(bj.stats.Schedule(first=2, growth=1 + 1e-4), 10**50),
             ValueError,
             (
                 "`growth` = 1.0001 is so close to 1 that the schedule from 2 to",
@@ -2001,18 +2077,35 @@ ROWS: list[Row] = [
             ),
         ),
         (
-            "checkpoints-growth-infinite",
-            "stats.checkpoints(2, inf, 10)",
-            lambda: bj.stats.checkpoints(2, float("inf"), 10),
+            "schedule-growth-infinite",
+            "stats.Schedule(first=2, growth=inf)",
+            lambda: bj.stats.Schedule(first=2, growth=float("inf")),
             ValueError,
-            ("`growth` must be", "got inf"),
+            (
+                "`growth` must be",
+                "got inf",
+            ),
         ),
         (
-            "checkpoints-budget-below-first-checkpoint",
-            "stats.checkpoints(4, 2.0, 3)",
-            lambda: bj.stats.checkpoints(4, 2.0, 3),
+            "looks-budget-below-the-first-look",
+            "stats.looks(Schedule(first=4, growth=2.0), 3)",
+            lambda: bj.stats.looks(bj.stats.Schedule(first=4, growth=2.0), 3),
             ValueError,
-            ("`budget` must be an int >= first_checkpoint = 4, got 3",),
+            ("`budget` must be an int >= 4 (at least the schedule's first look), got 3",),
+        ),
+        (
+            "looks-not-a-schedule",
+            "stats.looks((2, 2.0), 20)",
+            lambda: bj.stats.looks((2, 2.0), 20),
+            TypeError,
+            ("`schedule` must be a blamejax.stats.Schedule, got (2, 2.0)",),
+        ),
+        (
+            "interval-delta-a-string",
+            'stats.Interval(delta="0.1")',
+            lambda: bj.stats.Interval(delta="0.1"),
+            TypeError,
+            ("`delta` must be an error level in (0, 1), got '0.1'",),
         ),
         (
             "hoeffding-t-zero",
@@ -3731,8 +3824,8 @@ ROWS: list[Row] = [
         ),
         (
             "checkpoint-other-delta",
-            "blame_batch(..., delta=0.2, checkpoint=p) on a checkpoint of delta=0.1",
-            lambda: checkpointed(checkpoint_file(), delta=0.2),
+            "blame_batch(..., interval=Interval(delta=0.2), checkpoint=p) on a checkpoint of delta=0.1",
+            lambda: checkpointed(checkpoint_file(), interval=bj.stats.Interval(delta=0.2)),
             bj.estimators.CheckpointError,
             (
                 "was written by a call with other arguments: `delta` differs (file: 0.1, this call: 0.2)",

@@ -74,8 +74,7 @@ def test_mc_shapley_keeps_the_estimates_of_the_checkpoint_a_ctrl_c_came_in(
         max_evaluations=20_000,
         stop="width",
         epsilon=1e-9,
-        first_checkpoint=4,
-        growth=2.0,
+        schedule=bj.stats.Schedule(first=4, growth=2.0),
         history=True,
     )
     full = bj.mc_shapley(bj.demos.refund_pipeline, cases, worlds, **kwargs)

@@ -199,8 +199,7 @@ def test_converges_to_exact_like_one_over_sqrt_t(antithetic):
         stop="width",
         epsilon=1e-9,
         history=True,
-        first_checkpoint=64,
-        growth=2.0,
+        schedule=bj.stats.Schedule(first=64, growth=2.0),
         antithetic=antithetic,
     )
     hist = result.history
@@ -325,11 +324,10 @@ def test_coverage_of_anytime_intervals():
         game_cases(tables),
         bj.recorded_worlds(0, range(num)),
         key=4,
-        delta=0.1,
+        interval=bj.stats.Interval("bernstein", delta=0.1),
         max_evaluations=2 + 7 * 1000,
         stop="top1",
-        first_checkpoint=4,
-        growth=1.5,
+        schedule=bj.stats.Schedule(first=4, growth=1.5),
         history=True,
     )
     bernstein = misses(result.history, exact)
@@ -446,17 +444,17 @@ def test_stopped_failure_spends_nothing_more():
     same batch runs to the budget; after the first stops, the work done is the survivor's
     (plus at most one iteration of idle lanes per checkpoint)."""
     tables = np.stack([unanimity(4, 1), unanimity(4, 15)])
-    first_checkpoint, budget, lanes = 8, 4000, 32
+    schedule, budget, lanes = bj.stats.Schedule(first=8, growth=1.25), 4000, 32
     result = bj.mc_shapley(
         GAME4,
         game_cases(tables),
         bj.recorded_worlds(0, range(2)),
         key=6,
         max_evaluations=2 + 3 * budget,
-        first_checkpoint=first_checkpoint,
+        schedule=schedule,
         lanes=lanes,
     )
-    schedule = bj.stats.checkpoints(first_checkpoint, 1.25, budget)
+    schedule = bj.stats.looks(schedule, budget)
     # Dictator: step 0's marginal is always 1, the others' always 0 (zero variance), so it
     # separates when the range term of the radius drops below 1/2 (R = 2).
     k_stop = next(
@@ -487,13 +485,14 @@ def test_no_recompile_across_checkpoints():
             np.tile(majority(5, 3), (2, 1)),
         ]
     ).astype(np.float32)
-    kw = dict(max_evaluations=2 + 4 * 3000, first_checkpoint=4, growth=1.5, epsilon=0.02)
+    schedule = bj.stats.Schedule(first=4, growth=1.5)
+    kw = dict(max_evaluations=2 + 4 * 3000, schedule=schedule, epsilon=0.02)
     before = trace_count("mc.advance")
     result = bj.mc_shapley(
         pipeline, game_cases(tables), bj.recorded_worlds(0, range(16)), key=8, **kw
     )
     assert len(set(np.asarray(result.num_samples).tolist())) >= 3  # stopped at different times
-    assert len(bj.stats.checkpoints(4, 1.5, 3000)) > 10
+    assert len(bj.stats.looks(schedule, 3000)) > 10
     again = bj.mc_shapley(
         pipeline, game_cases(tables[:11]), bj.recorded_worlds(1, range(11)), key=9, **kw
     )
@@ -534,7 +533,7 @@ def test_intervals_use_the_declared_range():
     recomputed here from the formulas."""
     rng = np.random.default_rng(11)
     tables = rng.uniform(size=(3, 16)).astype(np.float32)
-    for radius in ("bernstein", "hoeffding", "normal"):
+    for kind in ("bernstein", "hoeffding", "normal"):
         result = bj.mc_shapley(
             GAME4,
             game_cases(tables),
@@ -542,9 +541,9 @@ def test_intervals_use_the_declared_range():
             key=12,
             lanes=32,
             score_range=(0.0, 2.0),
-            radius=radius,
+            interval=bj.stats.Interval(kind),
             max_evaluations=2 + 3 * 300,
-            first_checkpoint=8,
+            schedule=bj.stats.Schedule(first=8, growth=1.25),
         )
         t = np.asarray(result.num_samples)[:, None].astype(np.float64)
         var = np.asarray(result.variance, np.float64)
@@ -558,7 +557,7 @@ def test_intervals_use_the_declared_range():
             + 7 * 4.0 * np.log(4 / d) / (3 * (t - 1)),
             hoeffding=4.0 * np.sqrt(np.log(2 / d) / (2 * t)) + 0 * var,
             normal=-scipy_ndtri(d / 2) * np.sqrt(var / t),
-        )[radius]
+        )[kind]
         np.testing.assert_allclose(
             np.asarray(result.upper - result.values), want, rtol=2e-5, atol=2e-6
         )
@@ -760,7 +759,7 @@ def test_deferred_draws_give_the_same_estimates(name, monkeypatch):
     settings = [
         dict(stop=()),
         dict(stop=(), antithetic=True),
-        dict(epsilon=0.05, first_checkpoint=8),
+        dict(epsilon=0.05, schedule=bj.stats.Schedule(first=8, growth=1.25)),
     ]
 
     def run():
@@ -853,7 +852,7 @@ def test_ends_in_the_loop_trace_the_pipeline_once(monkeypatch):
     settings = [
         dict(stop=()),
         dict(stop=(), antithetic=True),
-        dict(epsilon=0.05, first_checkpoint=8),
+        dict(epsilon=0.05, schedule=bj.stats.Schedule(first=8, growth=1.25)),
     ]
     bj.clear_caches()
     merged = [run(12, **kw) for kw in settings]
@@ -888,7 +887,7 @@ def test_errors_name_the_argument():
         bj.mc_shapley(GAME4, cases, worlds, **kw)
     with pytest.raises(
         ValueError,
-        match="does not reach the first checkpoint: first_checkpoint = 16 samples cost 50",
+        match="does not reach the first look: the schedule's first look = 16 samples cost 50",
     ):
         bj.mc_shapley(GAME4, cases, worlds, max_evaluations=40, **kw)
     # A fixed budget has one checkpoint, the budget: two samples (2 + 2 x 3 = 8) suffice.
@@ -901,8 +900,12 @@ def test_errors_name_the_argument():
         bj.mc_shapley(GAME4, cases, worlds, max_evaluations=1000, stop="top2", **kw)
     with pytest.raises(ValueError, match="'width' rule needs `epsilon` > 0"):
         bj.mc_shapley(GAME4, cases, worlds, max_evaluations=1000, stop="width", **kw)
-    with pytest.raises(ValueError, match="`radius` must be one of"):
-        bj.mc_shapley(GAME4, cases, worlds, max_evaluations=1000, radius="chernoff", **kw)
+    with pytest.raises(ValueError, match="`kind` must be one of"):
+        bj.stats.Interval("chernoff")
+    with pytest.raises(TypeError, match="`interval` must be a blamejax.stats.Interval"):
+        bj.mc_shapley(GAME4, cases, worlds, max_evaluations=1000, interval="normal", **kw)
+    with pytest.raises(TypeError, match="`schedule` must be a blamejax.stats.Schedule"):
+        bj.mc_shapley(GAME4, cases, worlds, max_evaluations=1000, schedule=(4, 1.5), **kw)
     with pytest.raises(ValueError, match="at least 2 steps"):
         bj.mc_shapley(GAME4, cases, worlds, max_evaluations=1000, steps=["p0"], **kw)
     with pytest.raises(ValueError, match="outside the declared `score_range`"):
@@ -946,3 +949,54 @@ def test_take_slots_equals_a_gather_per_leaf():
         else:
             got = out[name]
         assert got.shape == want.shape and np.array_equal(got, want), name
+
+
+def test_old_keywords_warn_and_give_the_same_result():
+    """The deprecation period: `radius=`, `delta=`, `first_checkpoint=` and `growth=` still
+    work, each naming the new spelling in a `DeprecationWarning`, with the same values; old
+    and new together are an error; `MCResult.radius` (now `interval`) warns, and a dict
+    exported before the rename reads back."""
+    cases = game_cases(np.random.default_rng(5).uniform(size=(2, 16)))
+    worlds = bj.recorded_worlds(0, range(2))
+    kw = dict(key=3, max_evaluations=2 + 3 * 400, lanes=32, epsilon=0.05)
+    new = bj.mc_shapley(
+        GAME4,
+        cases,
+        worlds,
+        interval=bj.stats.Interval("hoeffding", delta=0.2),
+        schedule=bj.stats.Schedule(first=8, growth=1.5),
+        **kw,
+    )
+    with pytest.warns(DeprecationWarning) as record:
+        old = bj.mc_shapley(
+            GAME4,
+            cases,
+            worlds,
+            radius="hoeffding",
+            delta=0.2,
+            first_checkpoint=8,
+            growth=1.5,
+            **kw,
+        )
+    said = [str(w.message) for w in record]
+    assert said == [
+        "`radius=`, `delta=` of `mc_shapley` is deprecated and will be removed; pass "
+        "`interval=Interval(kind='hoeffding', delta=0.2)`",
+        "`first_checkpoint=`, `growth=` of `mc_shapley` is deprecated and will be removed; "
+        "pass `schedule=Schedule(first=8, growth=1.5)`",
+    ]
+    for field in ("values", "lower", "upper", "num_samples", "evaluations", "checkpoint"):
+        np.testing.assert_array_equal(getattr(old, field), getattr(new, field), err_msg=field)
+    # one old keyword: the other fields keep mc_shapley's defaults (first look 16)
+    with pytest.warns(
+        DeprecationWarning, match=r"pass `schedule=Schedule\(first=16, growth=2.0\)`"
+    ):
+        bj.mc_shapley(GAME4, cases, worlds, growth=2.0, **kw)
+    with pytest.raises(TypeError, match="got `interval` and the old `delta` together"):
+        bj.mc_shapley(GAME4, cases, worlds, interval=bj.stats.Interval(), delta=0.2, **kw)
+    with pytest.warns(DeprecationWarning, match="use `MCResult.interval`"):
+        assert new.radius == new.interval == "hoeffding"
+    exported = new.to_dict()
+    exported["radius"] = exported.pop("interval")  # as written before the rename
+    again = bj.MCResult.from_dict(exported)
+    assert again.interval == "hoeffding" and np.array_equal(again.values, new.values)

@@ -75,25 +75,49 @@ def test_radius_errors():
         bj.stats.hoeffding_radius(10, 1.0, 1.5)
 
 
-def test_checkpoints_by_hand():
-    assert bj.stats.checkpoints(2, 2.0, 20) == (2, 4, 8, 16, 20)
-    assert bj.stats.checkpoints(2, 2.0, 16) == (2, 4, 8, 16)
-    assert bj.stats.checkpoints(5, 3.0, 5) == (5,)
+def looks(first, growth, budget):
+    return bj.stats.looks(bj.stats.Schedule(first=first, growth=growth), budget)
+
+
+def test_looks_by_hand():
+    assert looks(2, 2.0, 20) == (2, 4, 8, 16, 20)
+    assert looks(2, 2.0, 16) == (2, 4, 8, 16)
+    assert looks(5, 3.0, 5) == (5,)
     # 10 * 1.1^k: 10, 11, 12.1, 13.31, 14.64, 16.11 -> 10, 11, 13, 14, 15, 17 (11, not 12)
-    assert bj.stats.checkpoints(10, 1.1, 100)[:6] == (10, 11, 13, 14, 15, 17)
+    assert looks(10, 1.1, 100)[:6] == (10, 11, 13, 14, 15, 17)
     # growth close to 1: repeated values are dropped, the schedule stays strictly increasing
-    schedule = bj.stats.checkpoints(2, 1.05, 40)
+    schedule = looks(2, 1.05, 40)
     assert schedule[:3] == (2, 3, 4) and all(b > a for a, b in zip(schedule, schedule[1:]))
     assert schedule[-1] == 40
 
 
-def test_checkpoint_errors():
-    with pytest.raises(ValueError, match="`first_checkpoint` must be an int >= 2"):
-        bj.stats.checkpoints(1, 2.0, 10)
+def test_schedule_and_interval_check_their_fields_once():
+    with pytest.raises(ValueError, match=r"`first` must be an int >= 2 \(the first look"):
+        bj.stats.Schedule(first=1, growth=2.0)
+    with pytest.raises(ValueError, match=r"`first` must be an int >= 2"):
+        bj.stats.Schedule(first=True, growth=2.0)
     with pytest.raises(ValueError, match=r"`growth` must be a finite number >= 1 \+ 1e-4"):
-        bj.stats.checkpoints(2, 1.0, 10)
-    with pytest.raises(ValueError, match="`budget` must be an int >= first_checkpoint = 4"):
-        bj.stats.checkpoints(4, 2.0, 3)
+        bj.stats.Schedule(first=2, growth=1.0)
+    with pytest.raises(ValueError, match=r"`growth` must be a finite number"):
+        bj.stats.Schedule(first=2, growth=float("inf"))
+    with pytest.raises(ValueError, match=r"`budget` must be an int >= 4 \(at least the sched"):
+        looks(4, 2.0, 3)
+    with pytest.raises(TypeError, match="`schedule` must be a blamejax.stats.Schedule"):
+        bj.stats.looks((2, 2.0), 20)
+    with pytest.raises(ValueError, match="`kind` must be one of"):
+        bj.stats.Interval("chernoff")
+    with pytest.raises(ValueError, match=r"`delta` must be an error level in \(0, 1\), got 1.5"):
+        bj.stats.Interval(delta=1.5)
+    with pytest.raises(TypeError, match="`delta` must be an error level"):
+        bj.stats.Interval(delta="0.1")
+    # one definition of a valid delta: NumPy numbers are numbers
+    assert bj.stats.Interval(delta=np.float32(0.25)).delta == 0.25
+    assert bj.stats.Interval() == bj.stats.Interval("bernstein", delta=0.1)
+
+
+def test_checkpoints_is_deprecated_for_looks():
+    with pytest.warns(DeprecationWarning, match=r"use `blamejax.stats.looks\(Schedule"):
+        assert bj.stats.checkpoints(2, 2.0, 20) == looks(2, 2.0, 20)
 
 
 def test_checkpoint_delta_sums_to_at_most_delta():
@@ -143,7 +167,7 @@ def test_ranking_and_width_rules():
 
 def test_union_bound_total():
     """The per-interval deltas of the checkpoints actually used sum to at most delta."""
-    schedule = bj.stats.checkpoints(16, 1.25, 10_000)
+    schedule = looks(16, 1.25, 10_000)
     n = 8
     total = sum(n * bj.stats.checkpoint_delta(0.1, n, k) for k in range(1, len(schedule) + 1))
     assert total < 0.1
@@ -181,7 +205,7 @@ def test_checkpoints_decided_at_once_equal_one_at_a_time(rule):
     for trial in range(20):
         n = int(rng.integers(1, 5))
         values = rng.normal(rng.normal(size=n) * 0.3, 0.2, size=(80, n)).clip(-1, 1)
-        marks = (1,) + bj.stats.checkpoints(2 + trial % 3, 1.3, 80)  # t = 1: a batch of one failure
+        marks = (1,) + looks(2 + trial % 3, 1.3, 80)  # t = 1: a batch of one failure
         ks = np.arange(1, len(marks) + 1)
         at_once = bj.stats._across_failures.top_separated_at(values, marks, ks, rule, 0.1, 2.0)
         one_by_one = [
@@ -204,7 +228,7 @@ def test_stopping_rule_coverage():
     probs = np.array([0.04, 0.3, 0.5])
     heights = np.array([1.0, 0.2, 0.1])
     truth = probs * heights
-    marks = bj.stats.checkpoints(2, 1.5, budget)
+    marks = looks(2, 1.5, budget)
 
     def misses(rule, corrected):
         count = 0

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..estimators import blame_batch
 from ..report import write_json
+from ..stats import Schedule
 from ..worlds import recorded_worlds, replay
 from ._agent8 import agent8_cases, agent8_pipeline
 from ._noise_sharing import noise_sharing_gain
@@ -127,15 +128,14 @@ def run_stopping_demo(args) -> int:
         f"{num_cases} runs (seed {args.seed}); exact Shapley per failure (256 coalitions), failures visited in a seeded order."
     )
     print(
-        "Checkpoints every 20% more failures; each rule is checked at the same checkpoints of the same stream.\n"
+        "Looks every 20% more failures; each rule is checked at the same looks of the same stream.\n"
     )
     start = time.perf_counter()
     result = blame_batch(
         agent8_pipeline,
         cases,
         args.seed,
-        first_checkpoint=10,
-        growth=1.2,
+        schedule=Schedule(first=10, growth=1.2),
         progress=not args.no_progress,
     )
     print(result.table())

@@ -24,19 +24,25 @@ import numpy as np
 
 from .._arguments import (
     check_bool,
-    check_delta,
     check_finite_number,
-    check_first_checkpoint,
-    check_growth,
     check_int_at_least,
     check_one_of,
+    check_option,
     check_positive_int,
+    renamed_keywords,
 )
 from .._checks import as_key, check_scores_in_range, leading_size
-from .._game import Game, make_game
+from .._game import make_game
 from ..noise import BATCH_MC_TAG, INFERRED_TAG
 from ..pipeline import Hard, World, check_finite_logits
-from ..stats import INTERVAL_RULES, checkpoint_interval, checkpoints, top_separated_at
+from ..stats import (
+    INTERVAL_RULES,
+    Interval,
+    Schedule,
+    checkpoint_interval,
+    looks,
+    top_separated_at,
+)
 from ..worlds import (
     ExpectedWorlds,
     expected_worlds,
@@ -104,6 +110,16 @@ NUM_BLOCKS = 20  # about this many blocks by default (`_block_size`)
 MIN_PLAIN_BLOCK = 1024  # failures per block at least, without a checkpoint or progress bar
 
 
+def _stop_from_flag(stop_early) -> tuple[str, ...]:
+    """The `stop` of the old `stop_early` flag."""
+    return ("top1",) if check_bool(stop_early, "stop_early") else ()
+
+
+@renamed_keywords(
+    interval={"interval": "kind", "delta": "delta"},
+    schedule={"first_checkpoint": "first", "growth": "growth"},
+    stop={"stop_early": _stop_from_flag},
+)
 @defers_interrupts  # Ctrl-C is honoured between blocks, never inside XLA
 def blame_batch(
     pipeline: Callable,
@@ -119,11 +135,9 @@ def blame_batch(
     threshold: float | None = None,
     estimator: str = "auto",
     num_permutations: int = 64,
-    interval: str = "bernstein",
-    delta: float = 0.1,
-    stop_early: bool = False,
-    first_checkpoint: int = 10,
-    growth: float = 1.5,
+    interval: Interval = Interval("bernstein", delta=0.1),
+    stop: str | Sequence[str] = (),
+    schedule: Schedule = Schedule(first=10, growth=1.5),
     max_failures: int | None = None,
     option_names: dict | None = None,
     mode=Hard(),
@@ -141,56 +155,39 @@ def blame_batch(
       the same key also seeds the visiting order, fresh worlds and abduction.
     - `noise`: `"recorded"`, `"inferred"` or `"fresh"` (see `NOISE_MODES`); or
       `"expected-inferred"` / `"expected-fresh"`, their limits over infinitely many worlds,
-      integrated exactly (`expected_worlds`: the exact estimator's structured path; under
-      them `resolve` says whether the expected fix-alone score reaches `threshold`).
+      integrated exactly (`expected_worlds`; `resolve` then says whether the expected
+      fix-alone score reaches `threshold`).
     - `num_worlds`: W for inferred and fresh noise (recorded noise has one world).
-    - `observed`: for `"inferred"`, `Int[Array, "cases sites"]` observed choices from a log;
-      default: the choices of the recorded run (as if the log kept choices but not noise).
-      Given, they decide which cases failed: a case fails when the run along its observed
-      choices fails, whatever its recorded noise would have chosen.
+    - `observed`: for `"inferred"`, `Int[Array, "cases sites"]` observed choices from a log
+      (default: the recorded run's). Given, a case fails when the run along its observed
+      choices fails.
     - `steps`, `fixes`: the players and their fix variants (see `exact_blame`).
     - `score_range`: the declared score range; `threshold`: a run passes when its score is
       >= threshold (default: the top of the range).
-    - `estimator`: `"exact"`, `"mc"` (fixed number of permutations per failure) or `"auto"`
+    - `estimator`: `"exact"`, `"mc"` (a fixed number of orders per failure) or `"auto"`
       (exact up to 14 steps).
-    - `num_permutations`: permutations per failure and world for `"mc"`.
-    - `interval`: `"bernstein"` (finite-sample, empirical Bernstein, width
-      `2 (s_max - s_min)`) or `"normal"` (asymptotic, no finite-sample guarantee).
-    - `delta`: error probability of all intervals together (anytime valid: checkpoint k of
-      the failure stream gets `delta / (n k (k+1))` per step).
-    - `stop_early`: stop at the first checkpoint where the top step's interval is disjoint
-      from every other step's (otherwise analyse every failure and report where it would
-      have stopped).
-    - `first_checkpoint`, `growth`: checkpoints `ceil(first * growth^(k-1))` failures.
+    - `num_permutations`: orders per failure and world for `"mc"` (a count of orders;
+      `mc_shapley`'s `max_evaluations` bounds coalition evaluations).
+    - `interval`: a `blamejax.stats.Interval` of kind `"bernstein"` (finite-sample, width
+      `2 (s_max - s_min)`) or `"normal"` (asymptotic); its `delta` covers every interval
+      of the failure stream together (anytime valid).
+    - `stop`: `()` to analyse every failure (and report where it would have stopped), or
+      `"top1"` to stop at the first look where the top step's interval is disjoint from
+      every other step's.
+    - `schedule`: a `blamejax.stats.Schedule`, the looks in failures.
     - `max_failures`: analyse at most this many failures.
     - `option_names`: `{step: tuple of option names}` for the reports.
-    - `progress`: show a progress bar (tqdm) that moves once per block of failures, with
-      failures per second and the time left.
-    - `keep_coalitions`: also keep, per analysed failure, every coalition's score in every
-      world and each site's output under its recorded noise (`coalition_scores`,
-      `coalition_choices`: what `to_html(interactive=True)` needs). Exact estimator only;
-      it costs one more evaluation of every coalition table and memory `A W 2^n`.
+    - `progress`: show a tqdm progress bar that moves once per block of failures.
+    - `keep_coalitions`: also keep every coalition's score in every world (exact estimator
+      only; memory `A W 2^n`), for `to_html(interactive=True)`.
     - `checkpoint`: a file path. Each completed block of failures is saved there
-      atomically, with a fingerprint of the arguments; the same call run again resumes after
-      the last saved block, and its result is bit for bit that of an uninterrupted run (a
-      finished run's file returns its result without analysing again). Delete the file to
-      start over. See "Long batches" below.
+      atomically, with a fingerprint of the arguments; the same call run again resumes
+      after the last saved block, bit for bit as an uninterrupted run (a finished run's
+      file returns its result). Delete the file to start over. See docs/scaling.md.
     - `block_size`: failures analysed per compiled call (one block: what a checkpoint saves,
       the progress bar shows, and a Ctrl-C waits for). Default: 32 when stopping early;
       otherwise about a twentieth of the failures, at least 32, and unless `checkpoint` or
-      `progress` is given at least 1,024 (a smaller batch is one call). The per-failure
-      values do not depend on it (tested bit for bit on the CPU).
-
-    **Long batches.** With `checkpoint`, blocks are written as strict JSON (arrays as their
-    exact bytes in base64, with a checksum; `blamejax.estimators._checkpoint` documents the
-    layout). Its fingerprint holds the pipeline's qualified name and a hash of its code and
-    closure values (not what it reads from globals), the shape, dtype and a hash of the bytes
-    of every leaf of `cases` and of `observed`, the key, every other setting above except
-    `option_names` and `progress`, and the blamejax and JAX versions, `jax_enable_x64` and
-    the backend. Ctrl-C (SIGINT) during a run does not raise at once: the run finishes the
-    block it is in (saving it), then raises `KeyboardInterrupt` with a message saying how to
-    resume; a second Ctrl-C changes nothing (to stop at once, kill the process: the file
-    holds the last complete block either way).
+      `progress` is given at least 1,024. The per-failure values do not depend on it.
 
     ```python
     import os, tempfile
@@ -203,60 +200,40 @@ def blame_batch(
     assert np.array_equal(first.shapley, again.shapley)  # read back, not recomputed
     ```
 
-    **Returns:** a `BatchResult`. An all-passing test set returns a result with no failures
-    whose table says so (nothing to blame is not an error).
+    **Returns:** a `BatchResult` (an all-passing test set gives one with no failures).
 
-    **Raises:** `ValueError` naming the argument for an unknown noise mode, W < 1,
-    malformed cases, bad thresholds; `CheckpointError` (a `ValueError`) naming the file for a
-    `checkpoint` written by a call with other arguments (each one named), a truncated or
-    corrupt file, or a newer format; `KeyboardInterrupt` after Ctrl-C, at the end of a block.
+    **Raises:** `ValueError`/`TypeError` naming the argument for bad arguments;
+    `CheckpointError` (a `ValueError`) naming the file for a `checkpoint` written by a call
+    with other arguments (each one named), a corrupt file, or a newer format;
+    `KeyboardInterrupt` after Ctrl-C (SIGINT), at the end of the block it came in (saved).
     """
-    noise = _check_noise(noise)
-    interval = check_one_of(interval, "interval", INTERVAL_RULES)
-    estimator = check_one_of(estimator, "estimator", ("auto", "exact", "mc"))
-    num_worlds = check_positive_int(num_worlds, "num_worlds")
-    delta = check_delta(delta)
-    check_finite_number(threshold, "threshold", none_for="the top of the range")
-    if option_names is not None and not isinstance(option_names, dict):
-        raise TypeError(
-            f"`option_names` must be a dict {{step: option names}}, got {option_names!r}"
-        )
     game = make_game(pipeline, cases, steps=steps, fixes=fixes, mode=mode, score_range=score_range)
+    noise = _check_noise(noise)
+    interval = check_option(interval, "interval", Interval)
+    check_one_of(interval.kind, "interval.kind", INTERVAL_RULES)
+    estimator = check_one_of(estimator, "estimator", ("auto", "exact", "mc"))
     low, high = game.score_range
-    threshold = high if threshold is None else float(threshold)
-    if not low < threshold <= high:
-        raise ValueError(f"`threshold` must lie in ({low}, {high}], got {threshold}")
-    num_permutations = check_int_at_least(num_permutations, "num_permutations", 2)
-    first_checkpoint = check_first_checkpoint(first_checkpoint, "failures")
-    growth = check_growth(growth)
-    stop_early = check_bool(stop_early, "stop_early")
-    max_failures = check_positive_int(max_failures, "max_failures", allow_none=True)
-    _option_names(option_names, game.structure)  # checked before any work
-    _check_observed(observed, noise, cases, game.structure)
-    estimator = _resolved_estimator(estimator, noise, game, cases)
-    keep_coalitions = _check_keep_coalitions(keep_coalitions, noise, estimator)
-    progress = check_bool(progress, "progress")
-    block_size = check_positive_int(block_size, "block_size", allow_none=True)
-    path = None if checkpoint is None else checkpoint_path(checkpoint)
     settings = BatchSettings(
         game=game,
         key=as_key(key),
         noise=noise,
-        num_worlds=num_worlds,
-        observed=observed,
-        threshold=threshold,
+        num_worlds=check_positive_int(num_worlds, "num_worlds"),
+        observed=_check_observed(observed, noise, cases, game.structure),
+        threshold=_check_threshold(threshold, low, high),
         estimator=estimator,
-        num_permutations=num_permutations,
+        num_permutations=check_int_at_least(num_permutations, "num_permutations", 2),
         interval=interval,
-        delta=delta,
-        stop_early=stop_early,
-        first_checkpoint=first_checkpoint,
-        growth=growth,
+        stop=_check_stop(stop),
+        schedule=check_option(schedule, "schedule", Schedule),
         value_range=2.0 * (high - low),
-        keep_coalitions=keep_coalitions,
-        in_blocks=path is not None or progress,
-        block_size=block_size,
+        keep_coalitions=check_bool(keep_coalitions, "keep_coalitions"),
+        in_blocks=checkpoint is not None or check_bool(progress, "progress"),
+        block_size=check_positive_int(block_size, "block_size", allow_none=True),
     )
+    max_failures = check_positive_int(max_failures, "max_failures", allow_none=True)
+    _option_names(option_names, game.structure)  # checked before any work
+    settings = _resolved_estimator(settings, cases)
+    path = None if checkpoint is None else checkpoint_path(checkpoint)
     return _batch_run(settings, cases, max_failures, path, progress, option_names)
 
 
@@ -300,7 +277,7 @@ def _batch_run(settings: BatchSettings, cases, max_failures, path, progress: boo
 def _check_observed(observed, noise: str, cases, structure) -> None:
     """`observed`: `None`, or for inferred noise an int array `[cases, sites]`."""
     if observed is None:
-        return
+        return None
     expected = (leading_size(cases), len(structure.sites))
     if not np.issubdtype(np.asarray(observed).dtype, np.integer):
         raise ValueError(
@@ -314,11 +291,35 @@ def _check_observed(observed, noise: str, cases, structure) -> None:
             f"`observed` must hold every case's observed option per draw site, shape "
             f"[cases, sites] = {list(expected)}, got shape {list(np.shape(observed))}"
         )
+    return observed
 
 
-def _resolved_estimator(estimator: str, noise: str, game: Game, cases) -> str:
-    """`"exact"` or `"mc"`: integrated noise needs the exact estimator; `"auto"` is exact up to
-    `EXACT_AUTO_LIMIT` steps, or where the structured path applies."""
+def _check_threshold(threshold, low: float, high: float) -> float:
+    """`threshold`, in (low, high] (`None`: the top of the range), as a float."""
+    check_finite_number(threshold, "threshold", none_for="the top of the range")
+    threshold = high if threshold is None else float(threshold)
+    if not low < threshold <= high:
+        raise ValueError(f"`threshold` must lie in ({low}, {high}], got {threshold}")
+    return threshold
+
+
+def _check_stop(stop) -> bool:
+    """`stop`: `()` (analyse every failure) or `"top1"` (stop once the top step separates);
+    whether to stop early."""
+    names = (stop,) if isinstance(stop, str) else stop
+    if not isinstance(names, (tuple, list)) or any(name != "top1" for name in names):
+        raise ValueError(
+            "`stop` must be () (analyse every failure) or 'top1' (stop at the first look where "
+            f"the top step is separated), got {stop!r}"
+        )
+    return bool(names)
+
+
+def _resolved_estimator(settings: BatchSettings, cases) -> BatchSettings:
+    """The settings with `"exact"` or `"mc"`: integrated noise needs the exact estimator;
+    `"auto"` is exact up to `EXACT_AUTO_LIMIT` steps, or where the structured path applies.
+    Then `keep_coalitions`, which needs every coalition's score, is checked against it."""
+    game, noise, estimator = settings.game, settings.noise, settings.estimator
     if noise.startswith("expected"):  # integrated noise: the structured exact path only
         if estimator == "mc":
             raise ValueError(
@@ -329,21 +330,16 @@ def _resolved_estimator(estimator: str, noise: str, game: Game, cases) -> str:
     if estimator == "auto":
         exact = game.num_players <= EXACT_AUTO_LIMIT or structured_plan(game, cases)[2] is None
         estimator = "exact" if exact else "mc"
-    return estimator
-
-
-def _check_keep_coalitions(keep_coalitions, noise: str, estimator: str) -> bool:
-    keep_coalitions = check_bool(keep_coalitions, "keep_coalitions")
-    if keep_coalitions and noise.startswith("expected"):
+    if settings.keep_coalitions and noise.startswith("expected"):
         raise ValueError(
             f"`keep_coalitions=True` keeps sampled worlds' coalition scores; noise={noise!r} "
             "integrates the worlds and scores no coalition"
         )
-    if keep_coalitions and estimator != "exact":
+    if settings.keep_coalitions and estimator != "exact":
         raise ValueError(
             f"`keep_coalitions=True` needs the exact estimator (every coalition's score), got estimator={estimator!r}"
         )
-    return keep_coalitions
+    return settings._replace(estimator=estimator)
 
 
 def _check_noise(noise) -> str:
@@ -418,8 +414,8 @@ def _batch_init(settings: BatchSettings, front: BatchFront, cases) -> BatchState
     else:
         worlds = _worlds(settings, failed_cases, failed, front.choices)
     size = int(failed.size)
-    if size > settings.first_checkpoint:
-        marks = checkpoints(settings.first_checkpoint, settings.growth, size)
+    if size > settings.schedule.first:
+        marks = looks(settings.schedule, size)
     else:
         marks = (size,)
     return BatchState(
@@ -446,7 +442,7 @@ def _block_size(settings: BatchSettings, size: int) -> int:
     nearly full (it is padded to the block size: one compiled shape)."""
     if settings.block_size is not None:
         return min(settings.block_size, size)
-    if settings.stop_early:
+    if settings.stop:
         return STOP_EARLY_BLOCK
     block = STOP_EARLY_BLOCK * -(-size // (NUM_BLOCKS * STOP_EARLY_BLOCK))
     block = min(size, block if settings.in_blocks else max(block, MIN_PLAIN_BLOCK))
@@ -475,7 +471,7 @@ def _batch_step(settings: BatchSettings, state: BatchState) -> BatchState:
     block = {name: value[: rows.size] for name, value in block.items()}
     blocks = state.blocks + (block,)
     start = int(rows[-1]) + 1
-    marks, k = state.marks, state.k
+    marks, k, interval = state.marks, state.k, settings.interval
     separated_at, stopped = dict(state.separated_at), None
     values = np.concatenate([b["shapley"] for b in blocks])
     reached = k + int(np.searchsorted(marks[k:], start, side="right"))  # marks <= start
@@ -485,12 +481,12 @@ def _batch_step(settings: BatchSettings, state: BatchState) -> BatchState:
         for rule in INTERVAL_RULES:
             if separated_at[rule] is None:
                 hits = np.flatnonzero(
-                    top_separated_at(values, ts, ks, rule, settings.delta, settings.value_range)
+                    top_separated_at(values, ts, ks, rule, interval.delta, settings.value_range)
                 )
                 first[rule] = int(hits[0]) if hits.size else None
         looked = len(ts)  # when the batch stops, checkpoints after the stop are not looked at
-        if settings.stop_early and first.get(settings.interval) is not None:
-            looked = first[settings.interval] + 1
+        if settings.stop and first.get(interval.kind) is not None:
+            looked = first[interval.kind] + 1
             stopped = k + looked
         for rule, j in first.items():
             if j is not None and j < looked:
@@ -520,7 +516,7 @@ def _batch_finish(
     analysed = front.failed[: cat["shapley"].shape[0]]
     values = cat["shapley"]
     mean, lo, hi, _ = checkpoint_interval(
-        values, k_last, settings.interval, settings.delta, settings.value_range
+        values, k_last, settings.interval.kind, settings.interval.delta, settings.value_range
     )
     total = cat["total"]
     share = values.sum(0) / total.sum() if abs(total.sum()) > 0 else np.full(n, np.nan)
@@ -558,14 +554,14 @@ def _batch_finish(
         estimator=estimator
         if estimator == "exact"
         else f"mc ({settings.num_permutations} permutations per world)",
-        interval=settings.interval,
-        delta=settings.delta,
+        interval=settings.interval.kind,
+        delta=settings.interval.delta,
         threshold=settings.threshold,
         score_range=game.score_range,
         num_cases=front.num_cases,
         num_failures=front.num_failures,
         evaluations=int(state.evaluations),
-        separated=state.separated_at[settings.interval] is not None,
+        separated=state.separated_at[settings.interval.kind] is not None,
         separated_at=state.separated_at,
         interval_checkpoint=int(k_last),
         **{name: np.asarray(value) for name, value in arrays.items()},
@@ -710,8 +706,13 @@ def _advance(bar, state: BatchState, total: int) -> None:
 
 
 def _option_names(option_names, structure):
+    """`option_names`, checked against the pipeline, as `((step, names or None), ...)`."""
     if option_names is None:
         return None
+    if not isinstance(option_names, dict):
+        raise TypeError(
+            f"`option_names` must be a dict {{step: option names}}, got {option_names!r}"
+        )
     out = []
     for step in structure.steps:
         labels = option_names.get(step)
@@ -741,8 +742,8 @@ def _empty_result(settings: BatchSettings, front: BatchFront, option_names) -> B
         noise=settings.noise,
         question=QUESTIONS[settings.noise],
         estimator=settings.estimator,
-        interval=settings.interval,
-        delta=settings.delta,
+        interval=settings.interval.kind,
+        delta=settings.interval.delta,
         threshold=settings.threshold,
         score_range=game.score_range,
         num_cases=front.num_cases,

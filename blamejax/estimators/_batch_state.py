@@ -10,6 +10,7 @@ import numpy as np
 
 from .._game import Game
 from ..pipeline import World
+from ..stats import Interval, Schedule
 
 
 class BatchSettings(NamedTuple):
@@ -23,11 +24,9 @@ class BatchSettings(NamedTuple):
     threshold: float
     estimator: str  # "exact" or "mc" ("auto" resolved)
     num_permutations: int
-    interval: str
-    delta: float
-    stop_early: bool
-    first_checkpoint: int
-    growth: float
+    interval: Interval  # its kind ("bernstein" or "normal") and delta
+    stop: bool  # stop at the first look where the top step is separated
+    schedule: Schedule  # the looks of the failure stream, in failures
     value_range: float  # the width of the interval a Shapley value lies in
     keep_coalitions: bool = (
         False  # keep every coalition's scores and outputs (the interactive page)

@@ -30,12 +30,10 @@ from jaxtyping import PRNGKeyArray
 
 from .._arguments import (
     check_bool,
-    check_delta,
     check_finite_number,
-    check_first_checkpoint,
-    check_growth,
-    check_one_of,
+    check_option,
     check_positive_int,
+    renamed_keywords,
 )
 from .._checks import (
     as_key,
@@ -49,9 +47,11 @@ from .._game import Game, make_game
 from ..pipeline import Hard, World, check_finite_logits
 from ..stats import (
     RULES,
+    Interval,
+    Schedule,
     checkpoint_delta,
-    checkpoints,
     confidence_radius,
+    looks,
     ranking_separated,
     top1_separated,
     widths_below,
@@ -63,8 +63,6 @@ from ._exact import explain_nan
 from ._prefixes import ends_in_loop, prefix_blocks, scored_prefixes
 from ._results import MCHistory, MCResult
 
-RADII = ("bernstein", "hoeffding", "normal")
-
 
 class MCSettings(NamedTuple):
     """What an `mc_shapley` run was asked for, checked once (static for the whole run)."""
@@ -74,10 +72,9 @@ class MCSettings(NamedTuple):
     num_failures: int
     stop: tuple[str, ...]  # the requested stopping rules (the budget is always active)
     epsilon: float
-    delta: float
-    radius: str
+    interval: Interval
     antithetic: bool
-    schedule: tuple[int, ...]  # the checkpoints, in samples
+    schedule: tuple[int, ...]  # the looks, in samples
     value_range: float  # the width of the interval a marginal lies in
     unit_cost: int  # evaluations charged per sample
     unit_computed: int  # evaluations computed per sample (prefix padding included)
@@ -149,7 +146,11 @@ def _rules_hold(names, values, lower, upper, epsilon) -> np.ndarray:
     return out
 
 
-@defers_interrupts  # Ctrl-C is honoured between checkpoints, never inside XLA
+@renamed_keywords(
+    interval={"radius": "kind", "delta": "delta"},
+    schedule={"first_checkpoint": "first", "growth": "growth"},
+)
+@defers_interrupts  # Ctrl-C is honoured between looks, never inside XLA
 def mc_shapley(
     pipeline: Callable,
     cases,
@@ -160,12 +161,10 @@ def mc_shapley(
     steps: Sequence[str] | None = None,
     fixes: dict | None = None,
     score_range: tuple[float, float] = (0.0, 1.0),
-    delta: float = 0.1,
-    radius: str = "bernstein",
+    interval: Interval = Interval("bernstein", delta=0.1),
     stop: str | Sequence[str] = ("top1",),
     epsilon: float = 0.0,
-    first_checkpoint: int = 16,
-    growth: float = 1.25,
+    schedule: Schedule = Schedule(first=16, growth=1.25),
     antithetic: bool = False,
     mode=Hard(),
     block_size: int = 1024,
@@ -174,69 +173,55 @@ def mc_shapley(
     devices: Sequence | None = None,
 ) -> MCResult:
     """Monte Carlo Shapley values of every failure, with confidence intervals valid at every
-    checkpoint and adaptive stopping; failures are processed together and each stops on its
-    own.
+    look and adaptive stopping; failures are processed together and each stops on its own.
 
-    Intervals are formed, and stopping decided, only at the checkpoints
-    `blamejax.stats.checkpoints(first_checkpoint, growth, T)` (T the largest sample count `max_evaluations`
-    allows; with no stopping rule, T is the only checkpoint), the one of step i at
-    checkpoint k at level `blamejax.stats.checkpoint_delta(delta, n, k)`. With the `"bernstein"`
-    (default) or `"hoeffding"` radius, for each failure, with probability at least
-    1 - delta every interval at every checkpoint contains the exact Shapley value (the one
-    `exact_blame` computes), so a decision read off them when stopping is valid. The
-    guarantee is per failure: among F failures, about delta * F will have a miss somewhere.
-    The range of a marginal, `2 (s_max - s_min)`, comes from `score_range`.
+    Intervals are formed, and stopping decided, only at the looks
+    `blamejax.stats.looks(schedule, T)` (T the largest sample count `max_evaluations`
+    allows; with no stopping rule, T is the only look). With a `"bernstein"` or
+    `"hoeffding"` interval, for each failure, with probability at least 1 - delta every
+    interval at every look contains the exact Shapley value (the one `exact_blame`
+    computes), so a decision read off them when stopping is valid. The guarantee is per
+    failure: among F failures, about delta * F will have a miss somewhere.
 
-    Stopping rules (`stop`, any that holds stops the failure):
-    - `"top1"`: the step with the largest estimate is separated from every other step;
-    - `"ranking"`: every pair of steps is separated in the order of their estimates;
-    - `"width"`: every interval is at most `epsilon` wide;
-    - the budget: always active; a failure also stops at the last checkpoint.
-    Steps i above j count as separated when `lower_i > upper_j - epsilon`: if the intervals
-    hold, step i is better, or worse by less than epsilon. With `epsilon = 0` (the default)
-    tied steps (such as the refund demo's two 5/12 steps) are never separated and run to
-    `max_evaluations`; a positive epsilon lets them stop once their intervals are about
-    epsilon/2 wide. When several rules hold at once, `MCResult.rule` names the first in
-    `stop`. Adaptively stopped estimates are slightly biased (the decision to stop depends
-    on them); use a fixed budget (`stop=()`) to average estimates across failures.
-
-    Cost, in coalition evaluations per failure (what `max_evaluations` bounds and
-    `MCResult.evaluations` reports): `2 W` for the empty and full coalitions, then
-    `W (n - 1)` per order, `2 W (n - 1)` per antithetic pair (W worlds, n steps). The
-    work actually run, padding included, is `MCResult.evaluations_computed`.
+    Stopping rules (`stop`, any that holds stops the failure; `blamejax.stats.RULES`):
+    `"top1"` (the top step separated from every other), `"ranking"` (every pair separated
+    in the order of the estimates), `"width"` (every interval at most `epsilon` wide); the
+    budget is always active. Steps i above j count as separated when
+    `lower_i > upper_j - epsilon`: with `epsilon = 0` tied steps never separate and run to
+    `max_evaluations`. When several rules hold at once, `MCResult.rule` names the first in
+    `stop`. Adaptively stopped estimates are slightly biased; use a fixed budget
+    (`stop=()`) to average estimates across failures.
 
     **Arguments:**
     - `pipeline`: `pipeline(ctx, case) -> score`, written for one failure, world and plan.
     - `cases`: a pytree of arrays with a leading failure axis F.
     - `worlds`: a `World` with keys `[F, W]`; every sample is scored in all W worlds.
     - `key`: an int seed or a typed key; failure f's orders come from `fold_in(key, f)`.
-    - `max_evaluations`: the most coalition evaluations per failure (required).
+    - `max_evaluations`: the most coalition evaluations per failure (required): `2 W` for
+      the empty and full coalitions, then `W (n - 1)` per order (`2 W (n - 1)` per
+      antithetic pair), as `MCResult.evaluations` reports. It bounds a budget; the batch's
+      `num_permutations` counts orders instead.
     - `steps`, `fixes`: the steps to blame and their fixes, as in `exact_blame`.
-    - `score_range`: the declared range of the score; a score outside it is an error.
-    - `delta`: the error probability per failure, in (0, 1).
-    - `radius`: `"bernstein"` (empirical Bernstein, the default), `"hoeffding"` (range
-      only) or `"normal"` (asymptotic, no finite-sample guarantee).
+    - `score_range`: the declared range of the score; a score outside it is an error
+      (the range of a marginal, `2 (s_max - s_min)`, comes from it).
+    - `interval`: a `blamejax.stats.Interval` (its kind, and `delta` per failure).
     - `stop`: a rule name or a tuple of them (see above); `()` for a fixed budget.
     - `epsilon`: the indifference margin of the rules (and the width of `"width"`).
-    - `first_checkpoint`, `growth`: the checkpoint schedule (`first_checkpoint >= 2`, `growth >= 1 + 1e-4`).
-    - `antithetic`: sample each order with its reverse; the pair mean is one sample. It
-      helps when an order's and its reverse's marginals are negatively correlated and can
-      double the variance per evaluation otherwise (see `blamejax.reduction.sampling_variance`).
+    - `schedule`: a `blamejax.stats.Schedule`, the looks in samples.
+    - `antithetic`: sample each order with its reverse; the pair mean is one sample (see
+      `blamejax.reduction.sampling_variance` for when it helps).
     - `mode`: `Hard()` or `Relaxed(tau)`.
-    - `block_size`: the most failures per compiled call (a power of two); more failures
-      are processed in several calls of the same compiled function.
+    - `block_size`: the most failures per compiled call (a power of two).
     - `lanes`: samples per loop iteration, shared by the active failures (at least the
       number of failure slots); by default about 16384 evaluations' worth.
-    - `history`: also return the estimates and intervals at every checkpoint.
+    - `history`: also return the estimates and intervals at every look.
     - `devices`: the devices to split the failures over (default: every device of every
-      process; see docs/scaling.md). Each device advances its share of the active
-      failures with its share of the lanes; a failure's samples are the same however
-      the failures are split.
+      process; see docs/scaling.md); a failure's samples do not depend on the split.
 
     **Returns:** an `MCResult`.
 
     **Raises:** `ValueError`/`TypeError` that names the argument for malformed inputs, a
-    budget too small for the first checkpoint, and scores outside `score_range`.
+    budget too small for the first look, and scores outside `score_range`.
 
     ```python
     import blamejax as bj
@@ -257,10 +242,8 @@ def mc_shapley(
         max_evaluations,
         stop=_check_stop(stop, epsilon),
         epsilon=float(epsilon),
-        delta=check_delta(delta),
-        radius=check_one_of(radius, "radius", RADII),
-        first_checkpoint=check_first_checkpoint(first_checkpoint, "samples"),
-        growth=check_growth(growth),
+        interval=check_option(interval, "interval", Interval),
+        schedule=check_option(schedule, "schedule", Schedule),
         antithetic=check_bool(antithetic, "antithetic"),
         block_size=_check_power_of_two(block_size),
         lanes=check_positive_int(lanes, "lanes", allow_none=True),
@@ -269,22 +252,12 @@ def mc_shapley(
     worlds, case_ids = split_case_ids(worlds)  # the ids travel to the result, not the programs
     settings = settings._replace(case_ids=case_ids)
     cases = jax.tree_util.tree_map(jnp.asarray, cases)  # on the device once, sliced there
-    sharding = failure_sharding(devices)
-    if sharding is not None:  # each device: its share of the failures and of the lanes
-        width = num_shards(sharding)
-        settings = settings._replace(devices=width, num_lanes=-(-settings.num_lanes // width))
-    advance = advance_function(game, settings.antithetic, settings.num_lanes)
-    if sharding is not None:
-        advance = split_over_devices(
-            advance,
-            sharding,
-            (0, 0, 0, None, 0, 0, 0, "device", None, None),
-            (0, 0, "device", "device", "device", 0, 0),
-        )
+    advance = _advance_program(settings, devices)
+    settings = settings._replace(devices=advance.devices, num_lanes=advance.num_lanes)
     state = _mc_init(settings)
-    interrupt_notice("mc_shapley: Ctrl-C received; stopping at the end of the current checkpoint")
+    interrupt_notice("mc_shapley: Ctrl-C received; stopping at the end of the current look")
     for k, t_k in enumerate(settings.schedule, start=1):
-        state = _mc_step(settings, advance, state, cases, worlds, k, t_k)
+        state = _mc_step(settings, advance.function, state, cases, worlds, k, t_k)
         if interrupted():
             raise _interrupted(_mc_finish(settings, state), k, len(settings.schedule))
         if len(state.active) == 0:
@@ -292,6 +265,30 @@ def mc_shapley(
     result = _mc_finish(settings, state)
     warn_not_failures(result.empty, game.score_range, case_ids=result.case_ids)
     return result
+
+
+class _Advance(NamedTuple):
+    function: Callable  # the compiled advance of one group of failure slots
+    devices: int  # devices the failure slots are split over
+    num_lanes: int  # samples per loop iteration, per device
+
+
+def _advance_program(settings: MCSettings, devices) -> _Advance:
+    """The compiled advance, split over `devices` when more than one: each device takes its
+    share of the failures and of the lanes."""
+    sharding = failure_sharding(devices)
+    if sharding is None:
+        function = advance_function(settings.game, settings.antithetic, settings.num_lanes)
+        return _Advance(function, 1, settings.num_lanes)
+    width = num_shards(sharding)
+    num_lanes = -(-settings.num_lanes // width)
+    function = split_over_devices(
+        advance_function(settings.game, settings.antithetic, num_lanes),
+        sharding,
+        (0, 0, 0, None, 0, 0, 0, "device", None, None),
+        (0, 0, "device", "device", "device", 0, 0),
+    )
+    return _Advance(function, width, num_lanes)
 
 
 def _interrupted(result: MCResult, k: int, num_checkpoints: int) -> KeyboardInterrupt:
@@ -314,10 +311,8 @@ def _mc_settings(
     *,
     stop: tuple[str, ...],
     epsilon: float,
-    delta: float,
-    radius: str,
-    first_checkpoint: int,
-    growth: float,
+    interval: Interval,
+    schedule: Schedule,
     antithetic: bool,
     block_size: int,
     lanes: int | None,
@@ -342,19 +337,19 @@ def _mc_settings(
     budget = (int(max_evaluations) - fixed_cost) // unit_cost
     # With a fixed budget (`stop=()`) the only checkpoint is the budget: 2 samples (for a
     # sample variance) are enough.
-    first = first_checkpoint if stop else 2
+    first = schedule.first if stop else 2
     if budget < first:
         label = (
-            f"first_checkpoint = {first_checkpoint}"
+            f"the schedule's first look = {schedule.first}"
             if stop
             else "2 (a fixed budget needs a sample variance)"
         )
         raise ValueError(
-            f"`max_evaluations` = {max_evaluations} does not reach the first checkpoint: "
+            f"`max_evaluations` = {max_evaluations} does not reach the first look: "
             f"{label} samples cost {fixed_cost + first * unit_cost} evaluations here (2 W + t W (n - 1)"
             f"{' x 2' if antithetic else ''}, n = {n}, W = {num_worlds})"
         )
-    schedule = checkpoints(first_checkpoint, growth, budget) if stop else (budget,)
+    marks = looks(schedule, budget) if stop else (budget,)
     low, high = game.score_range
     num_slots = slots_per_call(num_failures, block_size)
     return MCSettings(
@@ -363,10 +358,9 @@ def _mc_settings(
         num_failures=num_failures,
         stop=stop,
         epsilon=epsilon,
-        delta=delta,
-        radius=radius,
+        interval=interval,
         antithetic=antithetic,
-        schedule=tuple(schedule),
+        schedule=tuple(marks),
         value_range=2.0 * (high - low),
         unit_cost=unit_cost,
         unit_computed=unit_computed,
@@ -484,8 +478,8 @@ def _mc_step(
     count[active] = t_k
     state.evaluations[active] += steps_now * settings.unit_cost
     variance = m2[active] / (t_k - 1)
-    delta_k = checkpoint_delta(settings.delta, n, k)
-    half = confidence_radius(settings.radius, t_k, variance, settings.value_range, delta_k)
+    delta_k = checkpoint_delta(settings.interval.delta, n, k)
+    half = confidence_radius(settings.interval.kind, t_k, variance, settings.value_range, delta_k)
     state.lower[active] = mean[active] - half
     state.upper[active] = mean[active] + half
     if state.history is not None:
@@ -565,8 +559,8 @@ def _mc_finish(settings: MCSettings, state: MCState) -> MCResult:
         checkpoint=state.checkpoint,
         history=history,
         antithetic=settings.antithetic,
-        radius=settings.radius,
-        delta=settings.delta,
+        interval=settings.interval.kind,
+        delta=settings.interval.delta,
         epsilon=settings.epsilon,
         stop=settings.stop,
         score_range=settings.game.score_range,

@@ -6,6 +6,7 @@ describes, and its per-failure views look a failure up by its case id.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import equinox as eqx
 import numpy as np
@@ -130,7 +131,7 @@ class MCResult(JSONExport, eqx.Module):
     - `steps`: the step names (static), the order of every `n` axis.
     - `values`: `Float[Array, "F n"]`, the estimates (they add up to `full - empty`).
     - `lower`, `upper`: `Float[Array, "F n"]`, the intervals at the checkpoint where the
-      failure stopped. With `radius="bernstein"` or `"hoeffding"`, with probability at least
+      failure stopped. With a `"bernstein"` or `"hoeffding"` `interval`, with probability at least
       1 - delta *per failure*, every interval of that failure at every checkpoint contains
       the exact value; `"normal"` intervals have no such guarantee (asymptotic only).
     - `variance`: `Float[Array, "F n"]`, the sample variance of one sample.
@@ -141,7 +142,9 @@ class MCResult(JSONExport, eqx.Module):
     - `rule`: `Int[Array, "F"]`, which rule stopped the failure, an index into `rule_names`.
     - `checkpoint`: `Int[Array, "F"]`, the 1-based checkpoint at which it stopped.
     - `history`: an `MCHistory`, or `None` unless requested.
-    - static settings: `antithetic`, `radius`, `delta`, `epsilon`, `stop`, `score_range`,
+    - static settings: `antithetic`, `interval` (the kind of interval: `"bernstein"`,
+      `"hoeffding"` or `"normal"`; `radius`, its old name, is deprecated), `delta`,
+      `epsilon`, `stop`, `score_range`,
       `rule_names`, `evaluations_computed` (every evaluation the compiled calls ran,
       including idle lanes, padding slots and the padding of each order's prefixes
       (`blamejax.scored_prefixes`), which no failure is charged for).
@@ -163,7 +166,7 @@ class MCResult(JSONExport, eqx.Module):
     checkpoint: Int[Array, " F"]
     history: MCHistory | None
     antithetic: bool = eqx.field(static=True)
-    radius: str = eqx.field(static=True)
+    interval: str = eqx.field(static=True)
     delta: float = eqx.field(static=True)
     epsilon: float = eqx.field(static=True)
     stop: tuple[str, ...] = eqx.field(static=True)
@@ -192,9 +195,27 @@ class MCResult(JSONExport, eqx.Module):
         """The name of the rule that stopped each failure."""
         return [self.rule_names[int(r)] for r in np.asarray(self.rule)]
 
+    @property
+    def radius(self) -> str:
+        """Deprecated: `interval`, the kind of interval."""
+        warnings.warn(
+            "`MCResult.radius` is deprecated and will be removed; use `MCResult.interval`",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.interval
+
     @classmethod
     def _nested(cls) -> dict:
         return {"history": MCHistory}
+
+    @classmethod
+    def from_dict(cls, data: dict):
+        """The result `to_dict()` gave (a dict written before `radius` was renamed
+        `interval` reads too)."""
+        if isinstance(data, dict) and "radius" in data and "interval" not in data:
+            data = {("interval" if name == "radius" else name): v for name, v in data.items()}
+        return super().from_dict(data)
 
     def row(self, case: int) -> int:
         """The row of the failure with case id `case` (see `case_ids`)."""
@@ -217,7 +238,7 @@ class MCResult(JSONExport, eqx.Module):
         unit = "antithetic pairs" if self.antithetic else "orders"
         level = (
             "asymptotic, no finite-sample guarantee"
-            if self.radius == "normal"
+            if self.interval == "normal"
             else "valid at every checkpoint"
         )
         lines.append(
@@ -226,7 +247,7 @@ class MCResult(JSONExport, eqx.Module):
             + ("" if bool(self.converged[failure]) else " (no requested rule held)")
         )
         lines.append(
-            f"{self.radius} intervals at 1 - delta = {1 - self.delta:g} per failure ({level}); "
+            f"{self.interval} intervals at 1 - delta = {1 - self.delta:g} per failure ({level}); "
             f"v(empty) = {float(self.empty[failure]):.{digits}f}, v(all) = {float(self.full[failure]):.{digits}f}"
         )
         silent = (np.asarray(self.values[failure]) == 0) & (np.asarray(self.variance[failure]) == 0)

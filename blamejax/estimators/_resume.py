@@ -40,6 +40,15 @@ def batch_interrupt_message(path, done: int, total: int | None) -> str:
     )
 
 
+_FILE_NAMES = {
+    "interval": lambda interval: {"interval": interval.kind, "delta": interval.delta},
+    "stop": lambda stop: {"stop_early": stop},
+    "schedule": lambda schedule: {"first_checkpoint": schedule.first, "growth": schedule.growth},
+}
+"""Each options setting as the fingerprint keys a checkpoint file holds (written so before the
+options were values: files written then still resume)."""
+
+
 def batch_fingerprint(settings: BatchSettings, cases, max_failures) -> dict:
     """What the checkpoint must agree on, named as the arguments are: every setting (the
     game by its parts), the cases by their bytes, and the environment."""
@@ -63,6 +72,8 @@ def batch_fingerprint(settings: BatchSettings, cases, max_failures) -> dict:
             }
         elif name == "observed":
             out[name] = None if value is None else array_identity(value)
+        elif name in _FILE_NAMES:  # options objects, under the keys files have always had
+            out.update(_FILE_NAMES[name](value))
         else:
             out[name] = value
     return out | environment()

@@ -1,4 +1,4 @@
-"""Statistics: confidence radii (Hoeffding, empirical Bernstein, normal), checkpoints fixed in
+"""Statistics: the options the anytime estimators share (`Schedule`, `Interval`), confidence radii (Hoeffding, empirical Bernstein, normal), checkpoints fixed in
 advance with their error levels, stopping rules, binomial intervals, and intervals of a
 batch mean across failures.
 """
@@ -24,3 +24,7 @@ from ._anytime import widths_below as widths_below
 from ._binomial import newcombe_interval as newcombe_interval
 from ._binomial import point_of_commitment as point_of_commitment
 from ._binomial import wilson_interval as wilson_interval
+from ._options import KINDS as KINDS
+from ._options import Interval as Interval
+from ._options import Schedule as Schedule
+from ._options import looks as looks

@@ -8,7 +8,7 @@ used inside `jit`); array arguments broadcast against each other.
 **Anytime validity.** A rule that stops "as soon as the intervals separate" looks at the
 intervals many times; a plain 1 - delta interval checked at every look fails far more often
 than delta. Here intervals are formed only at checkpoints fixed in advance,
-`t_k = ceil(first_checkpoint growth^(k-1))` (`checkpoints`), and the interval of one step at checkpoint k is
+`t_k = ceil(first growth^(k-1))` (`looks`, of a `Schedule`), and the interval of one step at checkpoint k is
 built at level `delta / (n k (k+1))` (`checkpoint_delta`). Since `sum_k 1/(k(k+1)) = 1`, the
 union bound over the n steps and every checkpoint gives: with probability at least 1 - delta,
 every interval of one failure, at every checkpoint, holds at once, whatever rule decides when
@@ -18,7 +18,7 @@ interval that misses.
 
 from __future__ import annotations
 
-import math
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -26,7 +26,7 @@ import jax.scipy.special as jsp
 import numpy as np
 import scipy.special
 
-from .._arguments import check_first_checkpoint, check_growth
+from ._options import Schedule, looks
 
 RULES = ("top1", "ranking", "width")
 """The stopping rules of Monte Carlo Shapley (`stop=`): the top step separated
@@ -176,58 +176,24 @@ def confidence_radius(kind: str, t, variance, value_range, delta):
 
 
 def checkpoints(first_checkpoint: int, growth: float, budget: int) -> tuple[int, ...]:
-    """The sample counts at which intervals are formed and stopping is decided, fixed in
-    advance: `t_k = ceil(first_checkpoint growth^(k-1))` for k = 1, 2, ..., truncated below `budget`, with
-    `budget` itself as the last checkpoint.
-
-    Counts that round to the same integer as an earlier one are dropped, and the remaining
-    checkpoints are numbered k = 1, 2, ... in order (this only gives each checkpoint a
-    larger share of delta; the shares still sum to at most delta). A relative tolerance of
-    1e-9 guards the ceiling against float rounding (`10 * 1.1` is 11, not 12).
-
-    **Arguments:**
-    - `first_checkpoint`: the first checkpoint, >= 2 (the empirical Bernstein radius needs t >= 2).
-    - `growth`: the growth factor, >= 1 + 1e-4. Larger growth: fewer looks (a smaller union-bound
-      penalty) but up to a factor growth more samples than needed when a rule fires.
-    - `budget`: the largest number of samples, >= first_checkpoint.
-
-    **Returns:** a tuple of strictly increasing Python ints ending with `budget`.
+    """Deprecated: `looks(Schedule(first=first_checkpoint, growth=growth), budget)`.
 
     ```python
+    import warnings
     import blamejax as bj
-    assert bj.stats.checkpoints(2, 2.0, 20) == (2, 4, 8, 16, 20)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        assert bj.stats.checkpoints(2, 2.0, 20) == (2, 4, 8, 16, 20)
     ```
     """
-    check_first_checkpoint(first_checkpoint, "samples")
-    check_growth(growth)
-    if (
-        not isinstance(budget, (int, np.integer))
-        or isinstance(budget, bool)
-        or budget < first_checkpoint
-    ):
-        raise ValueError(
-            f"`budget` must be an int >= first_checkpoint = {first_checkpoint}, got {budget!r}"
-        )
-    looks = (
-        math.log(budget / first_checkpoint) / math.log(growth) if budget > first_checkpoint else 0.0
+    warnings.warn(
+        "`blamejax.stats.checkpoints(first_checkpoint, growth, budget)` is deprecated and will "
+        "be removed; use `blamejax.stats.looks(Schedule(first=first_checkpoint, growth=growth), "
+        "budget)`",
+        DeprecationWarning,
+        stacklevel=2,
     )
-    if looks > 1e6:  # the loop below would take about this many steps
-        raise ValueError(
-            f"`growth` = {growth!r} is so close to 1 that the schedule from {first_checkpoint} to {budget} "
-            f"samples needs about {looks:.3g} steps; use a larger growth factor or a smaller budget"
-        )
-    out: list[int] = []
-    k = 0
-    while True:
-        x = float(first_checkpoint) * float(growth) ** k
-        t = int(math.ceil(x * (1.0 - 1e-9)))
-        k += 1
-        if t >= budget:
-            break
-        if not out or t > out[-1]:
-            out.append(t)
-    out.append(int(budget))
-    return tuple(out)
+    return looks(Schedule(first_checkpoint, growth), budget)
 
 
 def checkpoint_delta(delta, n, k):
