@@ -125,15 +125,11 @@ def check_option(value, argument: str, cls: type):
     return value
 
 
-def check_threshold(threshold) -> float:
-    """`threshold`, a finite Python number, as a float."""
-    if (
-        isinstance(threshold, bool)
-        or not isinstance(threshold, (int, float))
-        or not np.isfinite(threshold)
-    ):
-        raise ValueError(f"`threshold` must be a finite number, got {threshold!r}")
-    return float(threshold)
+def check_threshold(threshold, none_for: str | None = None) -> float | None:
+    """`threshold`, a finite number (Python or NumPy, not a bool), as a float; or `None`
+    where `none_for` says what `None` stands for."""
+    value = check_finite_number(threshold, "threshold", none_for=none_for)
+    return None if value is None else float(value)
 
 
 def renamed_keywords(**groups: dict[str, str | Callable]):

@@ -18,6 +18,7 @@ import numpy as np
 import optax
 from jaxtyping import Array, Float, PyTree
 
+from .._arguments import check_positive_int
 from .._checks import check_mode, check_score_range, resolve_players
 from ..coalitions import coalition_values
 from ..pipeline import Hard, Relaxed, World, check_finite_logits, discover
@@ -108,6 +109,7 @@ def shapley_values(
     if isinstance(worlds, ExpectedWorlds):
         return _expected(pipeline, case, worlds, mode, steps, fixes, interactions, score_range)
     mode = Relaxed(0.5) if mode is None else mode
+    check_finite_logits(case, "case")  # where `case` is concrete (not traced), before it runs
     structure, players, variants = _structure_and_players(
         pipeline, case, steps, fixes, mode, worlds
     )
@@ -138,6 +140,7 @@ def total_repair(
         result = _expected(pipeline, case, worlds, mode, steps, fixes, False, score_range)
         return result.full - result.empty
     mode = Relaxed(0.5) if mode is None else mode
+    check_finite_logits(case, "case")  # where `case` is concrete (not traced), before it runs
     structure, players, variants = _structure_and_players(
         pipeline, case, steps, fixes, mode, worlds
     )
@@ -172,8 +175,7 @@ def batch_mean_shapley(
 def check_enumerable(n: int, max_steps: int) -> None:
     """Refuse 2^n coalitions above `max_steps`, with `exact_blame`'s message, before
     anything is traced."""
-    if not isinstance(max_steps, int) or max_steps < 1:
-        raise ValueError(f"`max_steps` must be a positive int, got {max_steps!r}")
+    max_steps = check_positive_int(max_steps, "max_steps")
     if n > max_steps:
         raise ValueError(
             f"exact Shapley over n = {n} steps needs 2^{n} coalitions per failure and world, "
@@ -279,8 +281,7 @@ def fit_fixes(
     fit = bj.fit_fixes(lambda p: jnp.sum((p - 3.0) ** 2), jnp.zeros(2), optax.adam(0.1), 300)
     ```
     """
-    if not isinstance(num_steps, (int, np.integer)) or num_steps < 1:
-        raise ValueError(f"`num_steps` must be a positive int, got {num_steps!r}")
+    num_steps = check_positive_int(num_steps, "num_steps")
     if optimizer is None:
         optimizer = optax.adam(0.05)
     if not (hasattr(optimizer, "init") and hasattr(optimizer, "update")):

@@ -24,11 +24,11 @@ import numpy as np
 
 from .._arguments import (
     check_bool,
-    check_finite_number,
     check_int_at_least,
     check_one_of,
     check_option,
     check_positive_int,
+    check_threshold,
     renamed_keywords,
 )
 from .._checks import as_key, check_scores_in_range, leading_size
@@ -296,8 +296,8 @@ def _check_observed(observed, noise: str, cases, structure) -> None:
 
 def _check_threshold(threshold, low: float, high: float) -> float:
     """`threshold`, in (low, high] (`None`: the top of the range), as a float."""
-    check_finite_number(threshold, "threshold", none_for="the top of the range")
-    threshold = high if threshold is None else float(threshold)
+    threshold = check_threshold(threshold, none_for="the top of the range")
+    threshold = high if threshold is None else threshold
     if not low < threshold <= high:
         raise ValueError(f"`threshold` must lie in ({low}, {high}], got {threshold}")
     return threshold

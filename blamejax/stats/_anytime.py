@@ -26,6 +26,7 @@ import jax.scipy.special as jsp
 import numpy as np
 import scipy.special
 
+from .._arguments import check_delta
 from ._options import Schedule, looks
 
 RULES = ("top1", "ranking", "width")
@@ -43,8 +44,12 @@ def _xp(*args):
 
 
 def _check_delta_values(delta) -> None:
-    """`delta` (a number or a concrete array) must lie in (0, 1); traced values pass."""
+    """`delta` (a number or a concrete array) must lie in (0, 1); traced values pass. A
+    number is checked by `check_delta`, the one definition of a valid delta."""
     if isinstance(delta, jax.core.Tracer):
+        return
+    if np.ndim(delta) == 0 and not isinstance(delta, (np.ndarray, jax.Array)):
+        check_delta(delta)
         return
     values = np.asarray(delta)
     if not np.issubdtype(values.dtype, np.number) or not np.all((values > 0) & (values < 1)):
