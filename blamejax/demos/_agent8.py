@@ -135,8 +135,6 @@ def agent8_report(num_cases: int = 200, seed: int = 0, max_evaluations: int = 30
 
     import blamejax as bj
 
-    from ._refund import refund_cases, refund_pipeline
-
     lines = [
         "8-step agent answering a finance question:",
         f'  "{QUESTION}"',
@@ -156,12 +154,35 @@ def agent8_report(num_cases: int = 200, seed: int = 0, max_evaluations: int = 30
     cases_f = jax.tree_util.tree_map(lambda x: x[failed], cases)
     worlds_f = bj.recorded_worlds(seed, failed)
     exact = bj.exact_blame(agent8_pipeline, cases_f, worlds_f)
-    phi = np.asarray(exact.shapley)
-    total = np.asarray(exact.total)
-    lines.append(f"{int((total > 0.5).sum())} of them succeed when every step runs its fix.\n")
-    lines.append(
-        f"Exact Shapley values (all 256 coalitions), mean over the {len(failed)} failures:"
+    phi, total = np.asarray(exact.shapley), np.asarray(exact.total)
+    lines += _exact_lines(phi, total, len(failed))
+    mc = bj.mc_shapley(
+        agent8_pipeline, cases_f, worlds_f, key=seed, max_evaluations=max_evaluations, stop="top1"
     )
+    lines += _one_failure_lines(phi, total, failed, mc)
+    margin = bj.mc_shapley(
+        agent8_pipeline,
+        cases_f,
+        worlds_f,
+        key=seed,
+        max_evaluations=max_evaluations,
+        stop="top1",
+        epsilon=0.1,
+    )
+    lines += _all_failures_lines(phi, mc, margin, max_evaluations)
+    lines += _antithetic_lines(seed, cases_f, worlds_f)
+    lines.append(
+        "\nBlame is relative to the fixes supplied, and replay under recorded noise assumes the\n"
+        "Gumbel-max coupling, which data cannot identify."
+    )
+    return "\n".join(lines)
+
+
+def _exact_lines(phi, total, num_failed: int) -> list[str]:
+    """The exact Shapley values over the failures: their means, how often the drafter leads
+    and how often the router's fix hurts."""
+    lines = [f"{int((total > 0.5).sum())} of them succeed when every step runs its fix.\n"]
+    lines.append(f"Exact Shapley values (all 256 coalitions), mean over the {num_failed} failures:")
     for i, step in enumerate(STEPS):
         lines.append(f"  {step:<11} {phi[:, i].mean():+.3f}")
     nontrivial = np.abs(phi).max(axis=1) > 1e-6
@@ -172,11 +193,15 @@ def agent8_report(num_cases: int = 200, seed: int = 0, max_evaluations: int = 30
         f"with any blame; the router's value is negative in {len(negative)} "
         "(its fix sends the question to web search)."
     )
+    return lines
 
-    mc = bj.mc_shapley(
-        agent8_pipeline, cases_f, worlds_f, key=seed, max_evaluations=max_evaluations, stop="top1"
-    )
+
+def _one_failure_lines(phi, total, failed, mc) -> list[str]:
+    """One failure in detail (the first in which the drafter leads): exact beside the Monte
+    Carlo estimate and its interval, where the top-1 rule stopped; and a failure where the
+    router's fix hurts."""
     est, low, high = (np.asarray(x) for x in (mc.values, mc.lower, mc.upper))
+    nontrivial = np.abs(phi).max(axis=1) > 1e-6
     drafter_top = np.flatnonzero(nontrivial & (phi.argmax(axis=1) == 6))
     f = (
         int(drafter_top[0])
@@ -185,12 +210,10 @@ def agent8_report(num_cases: int = 200, seed: int = 0, max_evaluations: int = 30
         if nontrivial.any()
         else 0
     )
-    lines.append(
-        f"\nOne failure (case {failed[f]}, the first in which the drafter has the largest exact value):"
-    )
-    lines.append(
-        f"  {'step':<11} {'exact':>7}  {'MC estimate':>11}  {'interval':>17}  {'|error|':>7}"
-    )
+    lines = [
+        f"\nOne failure (case {failed[f]}, the first in which the drafter has the largest exact value):",
+        f"  {'step':<11} {'exact':>7}  {'MC estimate':>11}  {'interval':>17}  {'|error|':>7}",
+    ]
     for i, step in enumerate(STEPS):
         lines.append(
             f"  {step:<11} {phi[f, i]:+7.3f}  {est[f, i]:+11.3f}  [{low[f, i]:+.3f}, {high[f, i]:+.3f}]"
@@ -203,6 +226,7 @@ def agent8_report(num_cases: int = 200, seed: int = 0, max_evaluations: int = 30
         "  (At n = 8 the 256 exact coalitions are cheaper; sampling is for pipelines with many steps.)"
     )
     lines.append(f"  Largest |MC - exact| over the steps: {np.abs(est[f] - phi[f]).max():.3f}")
+    negative = np.flatnonzero(phi[:, 1] < -1e-6)
     if len(negative):
         # The one with the most repair, then the most negative router.
         g = int(negative[np.lexsort((phi[negative, 1], -total[negative]))[0]])
@@ -210,7 +234,14 @@ def agent8_report(num_cases: int = 200, seed: int = 0, max_evaluations: int = 30
         lines.append(
             f"\nA failure where the router's fix hurts (case {failed[g]}), exact: {values}"
         )
+    return lines
 
+
+def _all_failures_lines(phi, mc, margin, max_evaluations: int) -> list[str]:
+    """Over all failures: where the top-1 rule held (and with a margin), why it did not
+    (exact ties, close top steps), and the Monte Carlo errors against exact."""
+    est, low, high = (np.asarray(x) for x in (mc.values, mc.lower, mc.upper))
+    num_failed = phi.shape[0]
     converged = np.asarray(mc.converged)
     orders = np.asarray(mc.num_permutations)
     ordered = np.sort(phi, axis=1)
@@ -219,57 +250,48 @@ def agent8_report(num_cases: int = 200, seed: int = 0, max_evaluations: int = 30
     close = ~converged & (gap >= 1e-6)
     misses = int(((phi < low - 1e-6) | (phi > high + 1e-6)).any(axis=1).sum())
     median = int(np.median(orders[converged])) if converged.any() else 0
-    lines.append(
-        f"\nAll {len(failed)} failures: the top-1 rule held for {int(converged.sum())} (median {median} "
+    held = np.asarray(margin.converged)
+    return [
+        f"\nAll {num_failed} failures: the top-1 rule held for {int(converged.sum())} (median {median} "
         f"permutations). {int((~converged).sum())} ran to the budget of {max_evaluations} evaluations: "
         f"{int(tied.sum())} have exactly tied top steps (often all zero: nothing helps)"
         + (
             f", {int(close.sum())} top steps closer than {gap[close].max():.3f}."
             if close.any()
             else "."
-        )
-    )
-    margin = bj.mc_shapley(
-        agent8_pipeline,
-        cases_f,
-        worlds_f,
-        key=seed,
-        max_evaluations=max_evaluations,
-        stop="top1",
-        epsilon=0.1,
-    )
-    held = np.asarray(margin.converged)
-    lines.append(
+        ),
         f"With a margin epsilon = 0.1 (the top step is certified to be at most 0.1 below the best, so ties can stop), the rule "
-        f"holds for {int(held.sum())} of {len(failed)} (median "
-        f"{int(np.median(np.asarray(margin.num_permutations)[held])) if held.any() else 0} permutations)."
-    )
-    lines.append(
+        f"holds for {int(held.sum())} of {num_failed} (median "
+        f"{int(np.median(np.asarray(margin.num_permutations)[held])) if held.any() else 0} permutations).",
         f"Largest |MC - exact| over all failures and steps: {np.abs(est - phi).max():.3f}; "
         f"failures with an interval missing its exact value: {misses} (delta = {mc.delta} allows about "
-        f"{mc.delta * len(failed):.0f})."
-    )
+        f"{mc.delta * num_failed:.0f}).",
+    ]
 
-    lines.append("\nAntithetic pairs (an order and its reverse) vs plain orders, exact variances")
-    lines.append("per evaluation from the coalition tables (below 1: antithetic helps):")
-    for name, ratio, helps in _antithetic_ratios(
+
+def _antithetic_lines(seed: int, cases_f, worlds_f) -> list[str]:
+    """Antithetic pairs against plain orders, on the refund demo and on these failures."""
+    import blamejax as bj
+
+    from ._refund import refund_cases, refund_pipeline
+
+    lines = [
+        "\nAntithetic pairs (an order and its reverse) vs plain orders, exact variances",
+        "per evaluation from the coalition tables (below 1: antithetic helps):",
+    ]
+    games = (
         (
-            (
-                "refund (mechanism A)",
-                refund_pipeline,
-                refund_cases(1, "A"),
-                bj.recorded_worlds(seed, range(1)),
-            ),
-            ("agent8", agent8_pipeline, cases_f, worlds_f),
-        )
-    ):
+            "refund (mechanism A)",
+            refund_pipeline,
+            refund_cases(1, "A"),
+            bj.recorded_worlds(seed, range(1)),
+        ),
+        ("agent8", agent8_pipeline, cases_f, worlds_f),
+    )
+    for name, ratio, helps in _antithetic_ratios(games):
         verdict = "helps" if ratio < 1 else "hurts"
         lines.append(f"  {name:<21} {ratio:.2f}  ({verdict}; lower variance in {helps})")
-    lines.append(
-        "\nBlame is relative to the fixes supplied, and replay under recorded noise assumes the\n"
-        "Gumbel-max coupling, which data cannot identify."
-    )
-    return "\n".join(lines)
+    return lines
 
 
 def _antithetic_ratios(games):

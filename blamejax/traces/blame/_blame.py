@@ -235,6 +235,38 @@ def trace_cases(runs: Sequence, *, fix: str = "fix", score: Callable | None = No
             f"run {runs[0].run!r} has no decision step with options, logits and a choice: nothing "
             "can be blamed (free-text steps await a scorer)"
         )
+    unblamable = _unblamable(runs, fix)
+    names = tuple(entry[0] for entry in signature)
+    players = tuple(entry[0] for entry in signature if entry[4])
+    if not players:
+        raise ValueError(
+            f"no drawn step of run {runs[0].run!r} has a {fix!r} logits variant: no step can be blamed"
+        )
+    given = _given_steps(signature, names, unblamable, runs[0].run)
+    if score is None and not any(s.accept for run in runs for s in run.steps if s.name in names):
+        raise ValueError(
+            "no drawn step has `accept` labels, so the default score (pass iff every step with "
+            "`accept` chooses an accepted option) would always pass; give `score=`"
+        )
+    cases, observed = _stacked(runs, names, given, fix)
+    return TraceCases(
+        runs=tuple(run.run for run in runs),
+        steps=names,
+        players=players,
+        options=tuple(entry[1] for entry in signature),
+        agents=tuple(entry[3] for entry in signature),
+        pipeline=TracePipeline(names, tuple(given), score),
+        cases=cases,
+        observed=observed,
+        passed=tuple(run.passed for run in runs),
+        unblamable=unblamable,
+        fix=fix,
+    )
+
+
+def _unblamable(runs, fix: str) -> dict:
+    """`{step: reason}` for the steps that cannot be blamed: no options, no logits, no `fix`
+    variant (the first reason met across the runs)."""
     unblamable: dict = {}
     for run in runs:
         for step in run.steps:
@@ -244,25 +276,26 @@ def trace_cases(runs: Sequence, *, fix: str = "fix", score: Callable | None = No
                 unblamable.setdefault(step.name, NO_LOGITS)
             elif fix not in step.logits:
                 unblamable.setdefault(step.name, _no_fix(fix))
-    names = tuple(entry[0] for entry in signature)
-    players = tuple(entry[0] for entry in signature if entry[4])
-    if not players:
-        raise ValueError(
-            f"no drawn step of run {runs[0].run!r} has a {fix!r} logits variant: no step can be blamed"
-        )
+    return unblamable
+
+
+def _given_steps(signature, names, unblamable, run_id) -> list:
+    """Per drawn step, the index of the drawn step it is given (None if none); a step given
+    a step that is not drawn cannot be replayed."""
     given = []
     for name, _, parent, _, _ in signature:
         if parent is not None and parent not in names:
             raise ValueError(
-                f"run {runs[0].run!r}, step {name!r}: it is given step {parent!r}, which is not drawn "
+                f"run {run_id!r}, step {name!r}: it is given step {parent!r}, which is not drawn "
                 f"({unblamable.get(parent, 'not a decision step')}), so its logits cannot be replayed"
             )
         given.append(None if parent is None else names.index(parent))
-    if score is None and not any(s.accept for run in runs for s in run.steps if s.name in names):
-        raise ValueError(
-            "no drawn step has `accept` labels, so the default score (pass iff every step with "
-            "`accept` chooses an accepted option) would always pass; give `score=`"
-        )
+    return given
+
+
+def _stacked(runs, names, given, fix: str):
+    """The cases (`logits` `[F, V, K]` per step, factual then fix; `accept` `[F, K]`) and the
+    observed choices `[F, steps]`, each choice checked against its logits."""
     logits = {name: [] for name in names}
     accept = {name: [] for name in names}
     observed = np.zeros((len(runs), len(names)), np.int32)
@@ -297,19 +330,7 @@ def trace_cases(runs: Sequence, *, fix: str = "fix", score: Callable | None = No
         "logits": {name: np.stack(tables) for name, tables in logits.items()},
         "accept": {name: np.stack(rows) for name, rows in accept.items()},
     }
-    return TraceCases(
-        runs=tuple(run.run for run in runs),
-        steps=names,
-        players=players,
-        options=tuple(entry[1] for entry in signature),
-        agents=tuple(entry[3] for entry in signature),
-        pipeline=TracePipeline(names, tuple(given), score),
-        cases=cases,
-        observed=observed,
-        passed=tuple(run.passed for run in runs),
-        unblamable=unblamable,
-        fix=fix,
-    )
+    return cases, observed
 
 
 class TraceBlame(NamedTuple):
