@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._multilinear import Elimination
+from ._multilinear import Elimination, stack
 
 
 class Signature(NamedTuple):
@@ -134,38 +134,48 @@ def stack_maps(layout: ScanLayout, elim: Elimination, maps):
     """Every draw's factual and fix map, `[sites, 2, K^P]` int32 (-1 past a parent's options
     and for a row with no valid option; a non-player's fix is its factual map), or for
     transition tensors `[sites, 2, K^P, K]` (0 past the options). A draw with fewer than P
-    parents holds its rows at option 0 of the missing parent axes."""
+    parents holds its rows at option 0 of the missing parent axes. Draws whose maps share a
+    shape are stacked together (a few operations per group, one per draw)."""
     size, num = layout.size, layout.parents
-    rows = []
+    groups: dict = {}
     for op in elim.ops:
         best = maps[op.site]
-        pair = jnp.stack([best[0], best[op.fix if op.player >= 0 else 0]])
-        floating = jnp.issubdtype(pair.dtype, jnp.floating)
-        parent_axes = len(op.parents)
-        pad = [(0, 0)] + [(0, size - k) for k in pair.shape[1 : 1 + parent_axes]]
-        pair = pair.reshape(
-            pair.shape[: 1 + parent_axes]
-            + (1,) * (num - parent_axes)
-            + pair.shape[1 + parent_axes :]
+        groups.setdefault((best.shape, best.dtype, len(op.parents)), []).append(op.site)
+    parts, order = [], []
+    for (shape, dtype, parent_axes), sites in groups.items():
+        floating = jnp.issubdtype(dtype, jnp.floating)
+        group = stack([maps[s] for s in sites])  # [G, V, *K_parents(, K)]
+        fixes = np.asarray(
+            [max(elim.ops[s].fix, 0) if elim.ops[s].player >= 0 else 0 for s in sites]
         )
+        pair = jnp.stack([group[:, 0], group[np.arange(len(sites)), fixes]], axis=1)
+        lead = pair.shape[: 2 + parent_axes]
+        pair = pair.reshape(lead + (1,) * (num - parent_axes) + pair.shape[2 + parent_axes :])
+        pad = [(0, 0), (0, 0)] + [(0, size - k) for k in shape[1 : 1 + parent_axes]]
         pad += [(0, size - 1)] * (num - parent_axes)
         if floating:
-            pad += [(0, size - pair.shape[-1])]
-        rows.append(jnp.pad(pair, pad, constant_values=0 if floating else -1))
-    return jnp.stack(rows)
+            pad += [(0, size - shape[-1])]
+        parts.append(jnp.pad(pair, pad, constant_values=0 if floating else -1))
+        order += sites
+    stacked = jnp.concatenate(parts) if len(parts) > 1 else parts[0]
+    if order == sorted(order):
+        return stacked
+    return stacked[np.argsort(np.asarray(order))]
 
 
 def stack_unary(layout: ScanLayout, tables, dtype):
     """Every draw's unary factors multiplied together, `[sites, K]` (1 where it has none; 0
     past its options)."""
-    rows = []
-    for unary in layout.unary_of:
-        row = jnp.ones((layout.size,), dtype)
+    rows = jnp.ones((len(layout.unary_of), layout.size), dtype)
+    groups: dict = {}
+    for s, unary in enumerate(layout.unary_of):
         for k in unary:
-            table = tables[k].astype(dtype)
-            row = row * jnp.pad(table, (0, layout.size - table.shape[0]))
-        rows.append(row)
-    return jnp.stack(rows)
+            groups.setdefault(tables[k].shape, []).append((s, k))
+    for shape, members in groups.items():
+        group = stack([tables[k].astype(dtype) for _, k in members])
+        group = jnp.pad(group, [(0, 0), (0, layout.size - shape[0])])
+        rows = rows.at[np.asarray([s for s, _ in members])].multiply(group)
+    return rows
 
 
 def _constant(layout: ScanLayout, tables, dtype):
