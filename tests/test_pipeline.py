@@ -343,3 +343,90 @@ def test_deferred_registers_reuse_what_no_later_draw_reads():
     assert source[3, 0] == target[1] and source[3, 1] == target[2] and target[1] != target[2]
     assert source[4, 1] == target[3]
     assert target[4] == count - 1  # nobody reads the last draw: the scratch register
+
+
+# --------------------------------------------------------------------------------------
+# Traces (`trace_run`, `bj.replay`) make their hard draws deferred: the same record, from a
+# compiled program that does not grow with the number of draws
+# --------------------------------------------------------------------------------------
+
+
+def _traces(pipeline, cases, plan_of=None, mode=bj.Hard()):
+    """Every case's trace in three worlds, with the draws made one by one and deferred,
+    jitted; `plan_of(structure)` gives the plan (default: the factual one)."""
+    structure = bj.discover(pipeline, first(cases))
+    plan = None if plan_of is None else plan_of(structure)
+    keys = jr.split(jr.key(4), 3)
+    out = []
+    for defer in (False, True):
+
+        def one(case, key, defer=defer):
+            world = bj.World(key=key)
+            trace = bj.pipeline.trace_run(pipeline, structure, case, world, plan, mode)
+            stacked = bj.pipeline.trace_arrays(
+                pipeline, structure, case, world, plan, mode, defer=defer
+            )
+            return trace, stacked
+
+        run = jax.jit(jax.vmap(jax.vmap(one, in_axes=(None, 0)), in_axes=(0, None)))
+        out.append(run(cases, keys))
+    return structure, out
+
+
+def _force_second_site(structure):
+    """Site 1 forced to option 0: a draw made on its own between deferred ones."""
+    plan = bj.pipeline.factual_plan(structure)
+    forced = tuple(np.int32(0 if i == 1 else -1) for i in range(len(structure.sites)))
+    return plan._replace(forced_sites=forced)
+
+
+@pytest.mark.parametrize("name", ["chain", "dag", "mixed", "neg_inf", "forced", "relaxed"])
+def test_traces_with_deferred_draws_equal_draws_one_by_one(name):
+    from helpers import dag_pipeline, random_dag_cases
+
+    key = jr.key(12)
+    pipeline, cases, plan_of, mode = {
+        "chain": lambda: (chain_pipeline, random_chain_cases(key, 6, 4), None, bj.Hard()),
+        "dag": lambda: (dag_pipeline, random_dag_cases(key, 4), None, bj.Hard()),
+        "mixed": lambda: (_mixed, _mixed_cases(key, 4), None, bj.Hard()),
+        "neg_inf": lambda: (
+            chain_pipeline,
+            random_chain_cases(key, 5, 4, neg_inf=0.4),
+            None,
+            bj.Hard(),
+        ),
+        "forced": lambda: (_mixed, _mixed_cases(key, 4), _force_second_site, bj.Hard()),
+        "relaxed": lambda: (_mixed, _mixed_cases(key, 4), None, bj.Relaxed(0.5)),
+    }[name]()
+    structure, ((_, one_by_one), (trace, deferred)) = _traces(pipeline, cases, plan_of, mode)
+    for field in ("score", "choice", "variant", "invalid", "values"):
+        assert jax.tree.all(jax.tree.map(np.array_equal, one_by_one[field], deferred[field]))
+    assert np.ptp(np.asarray(deferred["choice"])) > 0
+    for field in ("logits", "noise"):  # stacked rows, padded past each site's options
+        for i, site in enumerate(structure.sites):
+            row = np.asarray(trace[field][i])
+            assert row.shape == (4, 3, site.num_options)
+            assert np.array_equal(row, np.asarray(deferred[field])[:, :, i, : site.num_options])
+            assert np.array_equal(row, np.asarray(one_by_one[field])[:, :, i, : site.num_options])
+
+
+def test_replay_returns_one_array_per_site_from_a_program_that_does_not_grow():
+    """`bj.replay` splits the stacked rows outside its compiled program: the program's
+    outputs and its argmax reductions are as many at 40 steps as at 10."""
+    from blamejax.pipeline import factual_plan
+    from blamejax.worlds._replay import _plan_features, _replay_function
+
+    counts = []
+    for n in (10, 40):
+        cases = random_chain_cases(jr.key(n), n, 2)
+        worlds = bj.recorded_worlds(0, range(2))
+        structure = bj.discover(chain_pipeline, first(cases))
+        plan = factual_plan(structure)
+        function = _replay_function(chain_pipeline, structure, bj.Hard(), _plan_features(plan))
+        lowered = function.lower(cases, worlds, plan)
+        text = lowered.as_text()
+        counts.append((len(jax.tree.leaves(lowered.out_info)), text.count("stablehlo.reduce")))
+        out = bj.replay(chain_pipeline, cases, worlds)
+        assert len(out["logits"]) == len(out["noise"]) == n
+        assert out["logits"][n - 1].shape == out["noise"][0].shape == (2, 1, 4)
+    assert counts[0] == counts[1]

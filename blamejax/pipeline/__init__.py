@@ -29,6 +29,7 @@ from ._plans import start_of as start_of
 from ._plans import step_of_site as step_of_site
 from ._run import plan_values as plan_values
 from ._run import run_score as run_score
+from ._run import trace_arrays as trace_arrays
 from ._run import trace_run as trace_run
 from ._structure import Site as Site
 from ._structure import Structure as Structure

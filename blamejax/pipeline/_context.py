@@ -128,12 +128,10 @@ class Context:
         # reads an index inside a `jax.jit` or `vmap` of its own (`_resolve`); without JAX's
         # trace context (a private API), the context makes every draw at once instead.
         self._trace = _current_trace()
+        # A recording context (`trace_run`) defers too: each batch of draws is then recorded
+        # as a whole (`("batch", j)`: the sites' choices, rows seen and noise, stacked).
         self.defer = (
-            defer
-            and isinstance(mode, Hard)
-            and record is None
-            and not rows_per_world
-            and self._trace is not None
+            defer and isinstance(mode, Hard) and not rows_per_world and self._trace is not None
         )
         self._pending: list[_Pending] = []
         self._reads = _TableReads() if isinstance(mode, Hard) else None
@@ -282,7 +280,9 @@ class Context:
 
     def _resolve_here(self):
         pending, self._pending = self._pending, []
-        if len(pending) == 1:  # nothing to batch: the draw made on its own
+        if self.record is not None:
+            self._resolve_recorded(pending)
+        elif len(pending) == 1:  # nothing to batch: the draw made on its own
             p = pending[0]
             index, invalid = _tabulated_hard(
                 p.logits, p.noise_row(self.noise), p.variant, p.parents, p.step
@@ -294,6 +294,28 @@ class Context:
             for k, p in enumerate(pending):
                 p.deferred.resolved = indices[k]
             self._flag(invalid)
+
+    def _resolve_recorded(self, pending):
+        """Make the deferred draws of a recording context and record them as one batch."""
+        indices, invalid, seen, noise = _resolve_chain(
+            pending, self.noise, self.plan.variants, seen=True
+        )
+        for k, p in enumerate(pending):
+            p.deferred.resolved = indices[k]
+        self._flag(jnp.any(invalid))
+        if self.plan.variants is None:
+            variants = jnp.stack([jnp.asarray(p.variant, jnp.int32) for p in pending])
+        else:
+            steps = np.asarray([p.step_index for p in pending], np.int32)
+            variants = jnp.asarray(self.plan.variants, jnp.int32)[steps]
+        self.record[("batch", len(self.record))] = dict(
+            sites=tuple(p.site_index for p in pending),
+            logits=seen,
+            noise=noise,
+            choice=indices,
+            variant=variants,
+            invalid=invalid,
+        )
 
     def deterministic(self, name: str, value):
         """A deterministic site (a tool's output): returns `value` unless the plan

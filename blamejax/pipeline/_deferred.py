@@ -66,8 +66,10 @@ class _Pending(NamedTuple):
         return self.noise
 
 
-def _resolve_chain(pending: list[_Pending], world_noise, plan_variants=None):
-    """Make several tabulated hard draws at once: `(indices [m], invalid)`.
+def _resolve_chain(pending: list[_Pending], world_noise, plan_variants=None, seen=False):
+    """Make several tabulated hard draws at once: `(indices [m], invalid)`; with `seen`,
+    `(indices [m], invalid [m], seen logits [m, K], noise [m, K])` instead: what each draw
+    saw and whether it had a valid option, for a trace (`trace_run`), from one gather.
 
     Every table's rows are padded to the same `[R, K]` with `-inf` options (never chosen,
     and a row of only `-inf` has no valid option either way), stacked, and given one
@@ -148,11 +150,22 @@ def _resolve_chain(pending: list[_Pending], world_noise, plan_variants=None):
             flat = flat + parent * stride_k[i]
         chosen = best_k.at[flat].get(mode="promise_in_bounds")  # -1: no valid option
         carry = lax.dynamic_update_index_in_dim(carry, jnp.maximum(chosen, 0), target_k, 0)
-        return carry, chosen
+        return carry, ((chosen, flat) if seen else chosen)
 
     xs = (best, variants, *map(jnp.asarray, (source, stride, variant_stride, target)))
-    _, chosen = lax.scan(body, registers, xs)
-    return jnp.maximum(chosen, 0), jnp.any(chosen < 0)
+    _, out = lax.scan(body, registers, xs)
+    if not seen:
+        return jnp.maximum(out, 0), jnp.any(out < 0)
+    chosen, rows = out
+    # The row each draw read (`_seen_logits`) and the Gumbels added to it, uncast (the
+    # noise's own dtype, as a draw made on its own records it): one gather each.
+    seen_logits = tables[jnp.arange(m), rows]  # [m, K]
+    if all(p.noise is None for p in pending):
+        noise = world_noise[sites, :num_options]
+    else:
+        own = [p.noise_row(world_noise) for p in pending]
+        noise = jnp.stack([jnp.pad(r, (0, num_options - r.shape[0])) for r in own])
+    return jnp.maximum(chosen, 0), chosen < 0, seen_logits, noise
 
 
 def _registers(parent_of):

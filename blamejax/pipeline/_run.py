@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ._context import Context, World, world_noise
 from ._modes import Hard
@@ -77,25 +78,98 @@ def trace_run(
       and the Gumbels added to it;
     - `"values"`: tuple of the deterministic sites' values.
     """
+    out = trace_arrays(pipeline, structure, case, world, plan, mode, noise)
+    sizes = [site.num_options for site in structure.sites]
+    for name in ("logits", "noise"):
+        if not isinstance(out[name], tuple):
+            out[name] = tuple(out[name][i, :k] for i, k in enumerate(sizes))
+    return out
+
+
+def trace_arrays(
+    pipeline: Callable,
+    structure: Structure,
+    case,
+    world: World,
+    plan: Plan | None = None,
+    mode=Hard(),
+    noise=None,
+    defer: bool = True,
+):
+    """`trace_run` with the rows seen and the noise stacked, for compiled programs over long
+    pipelines.
+
+    A compiled program that returns one array per draw site takes minutes to compile at a
+    thousand sites (each output is a kernel of its own); this one returns a few stacked
+    arrays, which the caller splits outside the program (`bj.replay` does). In hard mode
+    the draws are deferred and made as one batch (`Context(defer=True)`): the same choices,
+    rows and noise, bit for bit, from a program that does not grow with the number of
+    draws (`defer=False`: each draw made on its own).
+
+    **Arguments:** as `trace_run`, and `defer`.
+
+    **Returns:** the dict of `trace_run`, except that `"logits"` and `"noise"` are
+    `[sites, K_max]` arrays (row i padded past site i's options with `-inf` logits and zero
+    noise), or per-site tuples as in `trace_run` when the sites' logits differ in dtype.
+
+    ```python
+    import blamejax as bj
+    import jax
+    case = jax.tree.map(lambda x: x[0], bj.demos.refund_cases(1))
+    structure = bj.discover(bj.demos.refund_pipeline, case)
+    world = bj.World(key=bj.noise.world_key(bj.noise.as_key(0), 0, 0))  # case 0's recorded world
+    out = bj.pipeline.trace_arrays(bj.demos.refund_pipeline, structure, case, world)
+    assert out["logits"].shape[0] == len(structure.sites)
+    ```
+    """
     if plan is None:
         plan = factual_plan(structure)
     record: dict = {}
-    ctx = Context(structure, plan, world, mode, record=record, noise=noise)
+    ctx = Context(structure, plan, world, mode, record=record, noise=noise, defer=defer)
     score = _score(ctx, pipeline(ctx, case))
+    pieces = []  # (site indices, their records with a leading axis)
+    for name, entry in record.items():
+        if name[0] == "batch":
+            pieces.append((entry["sites"], entry))
+        elif name[0] == "site":
+            row = {key: jnp.asarray(entry[key])[None] for key in ("choice", "variant", "invalid")}
+            row.update(logits=entry["logits"][None], noise=entry["noise"][None])
+            pieces.append(((name[1],), row))
     num_sites = len(structure.sites)
-    missing = [structure.sites[i] for i in range(num_sites) if ("site", i) not in record]
+    order = [i for sites, _ in pieces for i in sites]
+    missing = [structure.sites[i] for i in range(num_sites) if i not in set(order)]
     if missing:
         raise ValueError(
             f"the pipeline skipped draws it made when first traced: {missing}; a pipeline "
             "must make the same draws in every run (use jnp.where, not Python branches on values)"
         )
-    sites = [record[("site", i)] for i in range(num_sites)]
+    permutation = None if order == list(range(num_sites)) else np.argsort(order)
+
+    def stacked(key, pad=None):
+        parts = [entry[key] for _, entry in pieces]
+        if pad is not None:
+            width = max(site.num_options for site in structure.sites)
+            parts = [
+                jnp.pad(x, ((0, 0), (0, width - x.shape[1])), constant_values=pad) for x in parts
+            ]
+        out = parts[0] if len(parts) == 1 else jnp.concatenate(parts)
+        return out if permutation is None else out[permutation]
+
+    def rows(key, pad):
+        if len({entry[key].dtype for _, entry in pieces}) == 1:
+            return stacked(key, pad)
+        per_site = {}
+        for sites, entry in pieces:
+            for k, i in enumerate(sites):
+                per_site[i] = entry[key][k, : structure.sites[i].num_options]
+        return tuple(per_site[i] for i in range(num_sites))
+
     return dict(
         score=score,
-        choice=jnp.stack([s["choice"] for s in sites]),
-        variant=jnp.stack([s["variant"] for s in sites]),
-        invalid=jnp.stack([jnp.asarray(s["invalid"]) for s in sites]),
-        logits=tuple(s["logits"] for s in sites),
-        noise=tuple(s["noise"] for s in sites),
+        choice=stacked("choice"),
+        variant=stacked("variant"),
+        invalid=stacked("invalid"),
+        logits=rows("logits", -np.inf),
+        noise=rows("noise", 0),
         values=tuple(record[("value", i)] for i in range(len(structure.values))),
     )

@@ -10,7 +10,7 @@ import numpy as np
 from .._checks import check_mode, check_plan
 from .._compile import compiled
 from .._game import discover_checked
-from ..pipeline import Hard, Plan, World, trace_run
+from ..pipeline import Hard, Plan, World, trace_arrays
 
 
 def replay(pipeline: Callable, cases, worlds: World, plan: Plan | None = None, mode=Hard()) -> dict:
@@ -42,6 +42,10 @@ def replay(pipeline: Callable, cases, worlds: World, plan: Plan | None = None, m
     mode = check_mode(mode)
     plan = check_plan(plan, structure)
     out = _replay_function(pipeline, structure, mode, _plan_features(plan))(cases, worlds, plan)
+    sizes = [site.num_options for site in structure.sites]
+    for name in ("logits", "noise"):
+        if not isinstance(out[name], tuple):
+            out[name] = _split_sites(out[name], sizes)
     invalid = np.asarray(out["invalid"]).any(axis=-1)  # [F, W]: some draw had no valid option
     if invalid.any():
         f, w = (int(i) for i in np.argwhere(invalid)[0])
@@ -85,6 +89,21 @@ def _replay_function(pipeline, structure, mode, features=(True, True)):
             for s in plan.steps
         )
         plan = plan._replace(steps=steps)
-        return trace_run(pipeline, structure, case, world, plan, mode)
+        return trace_arrays(pipeline, structure, case, world, plan, mode)
 
     return jax.jit(jax.vmap(jax.vmap(one, in_axes=(None, 0, None)), in_axes=(0, 0, None)))
+
+
+@jax.jit
+def _site_rows(stacked, site):
+    """Site `site`'s rows of a `[F, W, sites, K]` array: one compiled call for every site."""
+    return jax.lax.dynamic_index_in_dim(stacked, site, axis=2, keepdims=False)
+
+
+def _split_sites(stacked, sizes) -> tuple:
+    """A `[F, W, sites, K_max]` array as one `[F, W, K]` array per site (`sizes`: each
+    site's K). Split here, outside the replay's compiled program: one output per site
+    made that program take minutes to compile at a thousand sites."""
+    width = stacked.shape[-1]
+    rows = [_site_rows(stacked, np.int32(i)) for i in range(len(sizes))]
+    return tuple(row if k == width else row[..., :k] for row, k in zip(rows, sizes))
