@@ -217,20 +217,16 @@ def blame_traces(
     return rows, blames
 
 
+def _cells(r) -> tuple:
+    """One run's row, as both the terminal table and the HTML page show it."""
+    who, when = ", ".join(r["who"]) or "-", ", ".join(r["when"]) or "-"
+    return (r["run"], r["outcome"], who, when, r["repair"] or "-", r["note"])
+
+
 def table(rows) -> str:
     """The terminal table: one line per run, then each run's per-step values."""
     heads = ("run", "outcome", "who", "when", "earliest repair", "note")
-    cells = [
-        (
-            r["run"],
-            r["outcome"],
-            ", ".join(r["who"]) or "-",
-            ", ".join(r["when"]) or "-",
-            r["repair"] or "-",
-            r["note"],
-        )
-        for r in rows
-    ]
+    cells = [_cells(r) for r in rows]
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(heads)]
     line = lambda c: "  ".join(x.ljust(w) for x, w in zip(c, widths)).rstrip()  # noqa: E731
     out = [line(heads), line(["-" * w for w in widths]), *map(line, cells), ""]
@@ -258,21 +254,7 @@ def page(rows, source: str) -> str:
         "<th>earliest repair</th><th>note</th></tr>",
     ]
     for r in rows:
-        body.append(
-            "<tr>"
-            + "".join(
-                f"<td>{e(x)}</td>"
-                for x in (
-                    r["run"],
-                    r["outcome"],
-                    ", ".join(r["who"]) or "-",
-                    ", ".join(r["when"]) or "-",
-                    r["repair"] or "-",
-                    r["note"],
-                )
-            )
-            + "</tr>"
-        )
+        body.append("<tr>" + "".join(f"<td>{e(x)}</td>" for x in _cells(r)) + "</tr>")
     body.append("</table>")
     for r in rows:
         if not r["values"]:

@@ -34,6 +34,20 @@ def _timing(comparison) -> dict:
     }
 
 
+def _method_rows(comparison, scores) -> list[dict]:
+    """One row per method: its name and label, what `scores(row, m, method, predicted)`
+    adds (the benchmark's metrics), and its cost in pipeline runs per failure."""
+    rows = []
+    for m, method in enumerate(comparison.methods):
+        predicted = np.asarray(comparison.predicted[m])
+        label = method_label(method, comparison.mc_orders, comparison.num_rollouts)
+        row = dict(method=method, label=label)
+        scores(row, m, method, predicted)
+        row["evaluations"] = float(comparison.evaluations[m])
+        rows.append(row)
+    return rows
+
+
 def _scm_config(scm: SCM) -> dict:
     return dict(
         num_steps=scm.num_steps,
@@ -86,28 +100,19 @@ def single_culprit_benchmark(
     """
     key_inject, key_methods = jr.split(as_key(key))
     failures: InjectedFailures = inject_errors(key_inject, scm, num_failures)
+    settings = dict(mc_orders=mc_orders, num_rollouts=num_rollouts, delta=delta, repeat=repeat)
     comparison = compare_methods(
-        scm.pipeline,
-        failures.cases,
-        failures.worlds,
-        key_methods,
-        methods=methods,
-        mc_orders=mc_orders,
-        num_rollouts=num_rollouts,
-        delta=delta,
-        repeat=repeat,
+        scm.pipeline, failures.cases, failures.worlds, key_methods, methods=methods, **settings
     )
     culprit = np.asarray(failures.culprit)
-    rows = []
-    for m, method in enumerate(comparison.methods):
-        predicted = np.asarray(comparison.predicted[m])
-        row = dict(method=method, label=method_label(method, mc_orders, num_rollouts))
+
+    def scores(row, m, method, predicted):
         for k in within:
             row[f"step@{k}"] = proportion(step_hits(predicted, culprit, k), delta)
         row["agent"] = proportion(agent_hits(predicted, culprit, scm.agents), delta)
         row["no_answer"] = int(np.sum(predicted < 0))
-        row["evaluations"] = float(comparison.evaluations[m])
-        rows.append(row)
+
+    rows = _method_rows(comparison, scores)
     timing = _timing(comparison)
     return dict(
         config=dict(
@@ -169,24 +174,16 @@ def multi_culprit_benchmark(
     cases: MultiCulpritCases = multi_culprit_cases(
         key_cases, scm, num_cases, num_culprits=num_culprits, kind=kind
     )
+    settings = dict(mc_orders=mc_orders, num_rollouts=num_rollouts, delta=delta, repeat=repeat)
     comparison = compare_methods(
-        scm.pipeline,
-        cases.cases,
-        cases.worlds,
-        key_methods,
-        methods=methods,
-        mc_orders=mc_orders,
-        num_rollouts=num_rollouts,
-        delta=delta,
-        repeat=repeat,
+        scm.pipeline, cases.cases, cases.worlds, key_methods, methods=methods, **settings
     )
     culprits = np.asarray(cases.culprits)
     analytic = np.asarray(cases.analytic_shapley, np.float64)
-    rows = []
     check = None
-    for m, method in enumerate(comparison.methods):
-        row = dict(method=method, label=method_label(method, mc_orders, num_rollouts))
-        predicted = np.asarray(comparison.predicted[m])
+
+    def scores(row, m, method, predicted):
+        nonlocal check
         row["culprit_hit"] = proportion(culprit_hits(predicted, culprits), delta)
         row["no_answer"] = int(np.sum(predicted < 0))
         credits = comparison.credits[m]
@@ -200,8 +197,8 @@ def multi_culprit_benchmark(
             )
             if method == "exact_shapley":
                 check = float(np.max(np.abs(np.asarray(credits, np.float64) - analytic)))
-        row["evaluations"] = float(comparison.evaluations[m])
-        rows.append(row)
+
+    rows = _method_rows(comparison, scores)
     timing = _timing(comparison)
     return dict(
         config=dict(

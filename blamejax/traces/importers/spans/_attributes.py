@@ -179,15 +179,7 @@ def otel_fields(span, above, used) -> dict:
         or "gen_ai.request.model" in a
         or "llm.request.type" in a
     )
-    fields = dict(
-        agent=agent,
-        output=output,
-        tokens=tokens,
-        from_agent_span=from_agent_span,
-        agent_span=agent_span,
-        model_call=model_call,
-    )
-    return decision_fields(a, fields, used)
+    return step_fields(a, used, agent, output, tokens, from_agent_span, agent_span, model_call)
 
 
 def _list(a, key, used, kind):
@@ -225,6 +217,21 @@ DECISION_PROBABILITIES = "decision.probabilities"
 DECISION_FIX_PROBABILITIES = "decision.fix.probabilities"
 DECISION_CHOICE = "decision.choice"
 DECISION_ACCEPT = "decision.accept"
+
+
+def step_fields(a, used, agent, output, tokens, from_agent_span, agent_span, model_call) -> dict:
+    """What every span importer reads from a span, as the fields of its step: the agent
+    (and whether an agent span named it), the output, the tokens, whether the span is an
+    agent span and a model call, and a decision's fields (`decision_fields`)."""
+    fields = dict(
+        agent=agent,
+        output=output,
+        tokens=tokens,
+        from_agent_span=from_agent_span,
+        agent_span=agent_span,
+        model_call=model_call,
+    )
+    return decision_fields(a, fields, used)
 
 
 def decision_fields(a, fields, used) -> dict:
@@ -306,12 +313,5 @@ def openinference_fields(span, above, used) -> dict:
     tokens = _tokens(
         a, (("input", "llm.token_count.prompt"), ("output", "llm.token_count.completion")), used
     )
-    fields = dict(
-        agent=agent,
-        output=output,
-        tokens=tokens,
-        from_agent_span=from_agent_span,
-        agent_span=agent_span,
-        model_call=kind == "LLM",
-    )
-    return decision_fields(a, fields, used)
+    model_call = kind == "LLM"
+    return step_fields(a, used, agent, output, tokens, from_agent_span, agent_span, model_call)

@@ -15,7 +15,7 @@ import json
 
 from ...format._check import shown
 from ...format._format import Problem
-from ._attributes import agent_of, decision_fields
+from ._attributes import agent_of, step_fields
 from ._otlp import hex_id
 
 _STATUS = {
@@ -155,12 +155,5 @@ def mlflow_fields(span, above, used) -> dict:
             and usage[key] >= 0
         } or None
         used.add("mlflow.chat.tokenUsage")
-    fields = dict(
-        agent=agent,
-        output=output,
-        tokens=tokens,
-        from_agent_span=from_agent_span,
-        agent_span=agent_span,
-        model_call=kind in MODEL_SPAN_TYPES,
-    )
-    return decision_fields(a, fields, used)
+    model_call = kind in MODEL_SPAN_TYPES
+    return step_fields(a, used, agent, output, tokens, from_agent_span, agent_span, model_call)
