@@ -3,8 +3,8 @@ intervals, and batch blame over a test set.
 """
 
 from .._checks import NotAFailureWarning as NotAFailureWarning
-from ._batch import NOISE_MODES as NOISE_MODES
 from ._batch import blame_batch as blame_batch
+from ._batch_checks import NOISE_MODES as NOISE_MODES
 from ._checkpoint import CheckpointError as CheckpointError
 from ._exact import exact_blame as exact_blame
 from ._mc import mc_shapley as mc_shapley

@@ -9,8 +9,9 @@ top step is separated from all others.
 
 `blame_batch` runs in four named phases: `_batch_front` runs every case once and picks the
 failures; `_batch_init` selects them, with their fully fixed runs (the drill-down) and their
-worlds; `_batch_step` analyses one block of failures and decides the checkpoints it reaches;
-`_batch_finish` computes the statistics across failures and builds the `BatchResult`.
+worlds; `_batch_step` analyses one block of failures (`_batch_analysis.py`) and decides the
+looks it reaches; `_batch_finish` computes the statistics across failures and builds the
+`BatchResult`. The checks its arguments must pass together are in `_batch_checks.py`.
 """
 
 from __future__ import annotations
@@ -18,8 +19,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import jax
-import jax.numpy as jnp
-import jax.random as jr
 import numpy as np
 
 from .._arguments import (
@@ -28,13 +27,11 @@ from .._arguments import (
     check_one_of,
     check_option,
     check_positive_int,
-    check_threshold,
     renamed_keywords,
 )
 from .._checks import as_key, check_scores_in_range, leading_size
 from .._game import make_game
-from ..noise import BATCH_MC_TAG, INFERRED_TAG
-from ..pipeline import Hard, World, check_finite_logits
+from ..pipeline import Hard, check_finite_logits
 from ..stats import (
     INTERVAL_RULES,
     Interval,
@@ -44,16 +41,22 @@ from ..stats import (
     top_separated_at,
 )
 from ..worlds import (
-    ExpectedWorlds,
     expected_worlds,
-    fresh_worlds,
     inferred_worlds,
-    recorded_worlds,
+)
+from ._batch_analysis import analyse_block, coalition_tables, failure_worlds, inferred_key, num_rows
+from ._batch_checks import (
+    QUESTIONS,
+    check_batch_threshold,
+    check_noise,
+    check_observed,
+    check_stop,
+    checked_option_names,
+    resolved_estimator,
+    stop_from_flag,
 )
 from ._batch_programs import (
-    coalition_function,
     front_function,
-    mc_function,
     observed_front_function,
     select_function,
 )
@@ -66,8 +69,8 @@ from ._checkpoint import (
     read_checkpoint,
     write_checkpoint,
 )
-from ._devices import on_device, over_failures, take_rows
-from ._exact import exact_run, explain_nan, structured_plan
+from ._devices import on_device, take_rows
+from ._exact import explain_nan
 from ._order import visit_order
 from ._results import BatchResult
 from ._resume import (
@@ -78,29 +81,6 @@ from ._resume import (
     saved_state,
 )
 
-NOISE_MODES = {
-    "recorded": "counterfactual, this run's own luck: had this step run its fix, with the "
-    "recorded noise replayed exactly, would the run have succeeded?",
-    "inferred": "counterfactual, posterior luck: the noise abducted from the observed choices "
-    "alone (Gumbel-max coupling), averaged over posterior worlds",
-    "fresh": "interventional, new luck: how much does fixing this step help on average over "
-    "fresh noise (not about this particular run)",
-}
-"""The batch noise modes, each with the question its blame answers."""
-
-EXPECTED_NOISE_MODES = {
-    "expected-inferred": "counterfactual, posterior luck integrated exactly: 'inferred' in the "
-    "limit of infinitely many worlds (expected_worlds; tabulated pipelines)",
-    "expected-fresh": "interventional, new luck integrated exactly: 'fresh' in the limit of "
-    "infinitely many worlds (expected_worlds; tabulated pipelines)",
-}
-"""The noise modes `blame_batch` integrates exactly (the structured exact path)."""
-QUESTIONS = {**NOISE_MODES, **EXPECTED_NOISE_MODES}
-
-
-EXACT_AUTO_LIMIT = 14
-
-
 STOP_EARLY_BLOCK = 32  # failures analysed per compiled call when stopping early
 
 
@@ -110,15 +90,10 @@ NUM_BLOCKS = 20  # about this many blocks by default (`_block_size`)
 MIN_PLAIN_BLOCK = 1024  # failures per block at least, without a checkpoint or progress bar
 
 
-def _stop_from_flag(stop_early) -> tuple[str, ...]:
-    """The `stop` of the old `stop_early` flag."""
-    return ("top1",) if check_bool(stop_early, "stop_early") else ()
-
-
 @renamed_keywords(
     interval={"interval": "kind", "delta": "delta"},
     schedule={"first_checkpoint": "first", "growth": "growth"},
-    stop={"stop_early": _stop_from_flag},
+    stop={"stop_early": stop_from_flag},
 )
 @defers_interrupts  # Ctrl-C is honoured between blocks, never inside XLA
 def blame_batch(
@@ -208,7 +183,7 @@ def blame_batch(
     `KeyboardInterrupt` after Ctrl-C (SIGINT), at the end of the block it came in (saved).
     """
     game = make_game(pipeline, cases, steps=steps, fixes=fixes, mode=mode, score_range=score_range)
-    noise = _check_noise(noise)
+    noise = check_noise(noise)
     interval = check_option(interval, "interval", Interval)
     check_one_of(interval.kind, "interval.kind", INTERVAL_RULES)
     estimator = check_one_of(estimator, "estimator", ("auto", "exact", "mc"))
@@ -218,12 +193,12 @@ def blame_batch(
         key=as_key(key),
         noise=noise,
         num_worlds=check_positive_int(num_worlds, "num_worlds"),
-        observed=_check_observed(observed, noise, cases, game.structure),
-        threshold=_check_threshold(threshold, low, high),
+        observed=check_observed(observed, noise, cases, game.structure),
+        threshold=check_batch_threshold(threshold, low, high),
         estimator=estimator,
         num_permutations=check_int_at_least(num_permutations, "num_permutations", 2),
         interval=interval,
-        stop=_check_stop(stop),
+        stop=check_stop(stop),
         schedule=check_option(schedule, "schedule", Schedule),
         value_range=2.0 * (high - low),
         keep_coalitions=check_bool(keep_coalitions, "keep_coalitions"),
@@ -231,8 +206,8 @@ def blame_batch(
         block_size=check_positive_int(block_size, "block_size", allow_none=True),
     )
     max_failures = check_positive_int(max_failures, "max_failures", allow_none=True)
-    _option_names(option_names, game.structure)  # checked before any work
-    settings = _resolved_estimator(settings, cases)
+    checked_option_names(option_names, game.structure)  # checked before any work
+    settings = resolved_estimator(settings, cases)
     path = None if checkpoint is None else checkpoint_path(checkpoint)
     return _batch_run(settings, cases, max_failures, path, progress, option_names)
 
@@ -274,83 +249,6 @@ def _batch_run(settings: BatchSettings, cases, max_failures, path, progress: boo
     return _batch_finish(settings, front, state, option_names)
 
 
-def _check_observed(observed, noise: str, cases, structure) -> None:
-    """`observed`: `None`, or for inferred noise an int array `[cases, sites]`."""
-    if observed is None:
-        return None
-    expected = (leading_size(cases), len(structure.sites))
-    if not np.issubdtype(np.asarray(observed).dtype, np.integer):
-        raise ValueError(
-            f"`observed` must be an int array of shape [cases, sites] = {list(expected)}, got "
-            f"dtype {np.asarray(observed).dtype}"
-        )
-    if noise not in ("inferred", "expected-inferred"):  # the message's first form is tested
-        raise ValueError(f"`observed` is used only with noise='inferred', got noise={noise!r}")
-    if np.shape(observed) != expected:
-        raise ValueError(
-            f"`observed` must hold every case's observed option per draw site, shape "
-            f"[cases, sites] = {list(expected)}, got shape {list(np.shape(observed))}"
-        )
-    return observed
-
-
-def _check_threshold(threshold, low: float, high: float) -> float:
-    """`threshold`, in (low, high] (`None`: the top of the range), as a float."""
-    threshold = check_threshold(threshold, none_for="the top of the range")
-    threshold = high if threshold is None else threshold
-    if not low < threshold <= high:
-        raise ValueError(f"`threshold` must lie in ({low}, {high}], got {threshold}")
-    return threshold
-
-
-def _check_stop(stop) -> bool:
-    """`stop`: `()` (analyse every failure) or `"top1"` (stop once the top step separates);
-    whether to stop early."""
-    names = (stop,) if isinstance(stop, str) else stop
-    if not isinstance(names, (tuple, list)) or any(name != "top1" for name in names):
-        raise ValueError(
-            "`stop` must be () (analyse every failure) or 'top1' (stop at the first look where "
-            f"the top step is separated), got {stop!r}"
-        )
-    return bool(names)
-
-
-def _resolved_estimator(settings: BatchSettings, cases) -> BatchSettings:
-    """The settings with `"exact"` or `"mc"`: integrated noise needs the exact estimator;
-    `"auto"` is exact up to `EXACT_AUTO_LIMIT` steps, or where the structured path applies.
-    Then `keep_coalitions`, which needs every coalition's score, is checked against it."""
-    game, noise, estimator = settings.game, settings.noise, settings.estimator
-    if noise.startswith("expected"):  # integrated noise: the structured exact path only
-        if estimator == "mc":
-            raise ValueError(
-                f"noise={noise!r} is integrated exactly by the exact estimator's structured "
-                "path; got estimator='mc'"
-            )
-        estimator = "exact"
-    if estimator == "auto":
-        exact = game.num_players <= EXACT_AUTO_LIMIT or structured_plan(game, cases)[2] is None
-        estimator = "exact" if exact else "mc"
-    if settings.keep_coalitions and noise.startswith("expected"):
-        raise ValueError(
-            f"`keep_coalitions=True` keeps sampled worlds' coalition scores; noise={noise!r} "
-            "integrates the worlds and scores no coalition"
-        )
-    if settings.keep_coalitions and estimator != "exact":
-        raise ValueError(
-            f"`keep_coalitions=True` needs the exact estimator (every coalition's score), got estimator={estimator!r}"
-        )
-    return settings._replace(estimator=estimator)
-
-
-def _check_noise(noise) -> str:
-    if not isinstance(noise, str) or noise not in QUESTIONS:
-        raise ValueError(
-            f"`noise` must be one of {sorted(NOISE_MODES)}, got {noise!r} (or, integrated "
-            f"exactly, one of {sorted(EXPECTED_NOISE_MODES)})"
-        )
-    return noise
-
-
 def _batch_front(settings: BatchSettings, cases, max_failures) -> BatchFront:
     """Every case once, as it happened; a pass costs one evaluation. The failures are
     visited in a seeded random order (at most `max_failures` of them).
@@ -368,7 +266,7 @@ def _batch_front(settings: BatchSettings, cases, max_failures) -> BatchFront:
     else:
         ids = np.arange(num_cases)
         recorded = inferred_worlds(
-            game.pipeline, cases, settings.observed, _inferred_key(settings.key), 1, case_ids=ids
+            game.pipeline, cases, settings.observed, inferred_key(settings.key), 1, case_ids=ids
         )
         scores, choices = observed_front_function(game.pipeline, game.structure, game.mode)(
             cases, recorded
@@ -412,7 +310,7 @@ def _batch_init(settings: BatchSettings, front: BatchFront, cases) -> BatchState
             observed = np.asarray(source)[failed]
         worlds = expected_worlds(failed, observed)
     else:
-        worlds = _worlds(settings, failed_cases, failed, front.choices)
+        worlds = failure_worlds(settings, failed_cases, failed, front.choices)
     size = int(failed.size)
     if size > settings.schedule.first:
         marks = looks(settings.schedule, size)
@@ -454,7 +352,7 @@ def _batch_step(settings: BatchSettings, state: BatchState) -> BatchState:
     reaches. Intervals are formed and stopping decided only at those checkpoints; values are
     computed in blocks of `state.block_size` failures (one compiled shape: a short last
     block is padded with copies of its first failure, whose values are dropped)."""
-    size = _num_rows(state.worlds)
+    size = num_rows(state.worlds)
     block_size = state.block_size or size
     rows = np.arange(state.start, min(state.start + block_size, size))
     if rows.size == size:
@@ -465,7 +363,7 @@ def _batch_step(settings: BatchSettings, state: BatchState) -> BatchState:
         block_cases, block_worlds = take_rows(
             (state.cases, state.worlds), np.asarray(padded, np.int32)
         )
-    block = _analyse(settings, block_cases, block_worlds, state.start, state.case_ids[padded])
+    block = analyse_block(settings, block_cases, block_worlds, state.start, state.case_ids[padded])
     # the padding's values and evaluations (linear in the rows) are dropped
     evaluations = state.evaluations + block.pop("evaluations") * rows.size // padded.size
     block = {name: value[: rows.size] for name, value in block.items()}
@@ -543,12 +441,12 @@ def _batch_finish(
     estimator = settings.estimator
     tables = {}
     if settings.keep_coalitions:
-        tables = _coalition_tables(settings, front, state, analysed)
+        tables = coalition_tables(settings, front, state, analysed)
         state = state._replace(evaluations=state.evaluations + tables.pop("evaluations"))
     return BatchResult(
         steps=game.steps,
         site_steps=tuple(s.step for s in game.structure.sites),
-        option_names=_option_names(option_names, game.structure),
+        option_names=checked_option_names(option_names, game.structure),
         noise=settings.noise,
         question=QUESTIONS[settings.noise],
         estimator=estimator
@@ -566,115 +464,6 @@ def _batch_finish(
         interval_checkpoint=int(k_last),
         **{name: np.asarray(value) for name, value in arrays.items()},
         **tables,
-    )
-
-
-def _coalition_tables(
-    settings: BatchSettings, front: BatchFront, state: BatchState, analysed
-) -> dict:
-    """Every coalition's score in every world (`[A, W, 2^n]`, as float64) and every site's
-    output in each failure's own world (`[A, 2^n, sites]`: recorded noise, or the observed
-    path when `observed` is given) of the analysed failures."""
-    rows = np.arange(analysed.size, dtype=np.int32)
-    cases, worlds = take_rows((state.cases, state.worlds), rows)
-    own = take_rows(front.recorded, np.asarray(analysed, np.int32))  # as it happened
-    scores, choices = coalition_function(settings.game)(cases, worlds, own)
-    num_f, num_w = worlds.key.shape
-    size = 1 << settings.game.num_players
-    return dict(
-        coalition_scores=np.asarray(scores, np.float64),
-        coalition_choices=np.asarray(choices),
-        evaluations=num_f * (num_w + 1) * size,
-    )
-
-
-def _worlds(settings: BatchSettings, sub_cases, ids, choices) -> World:
-    """The failures' worlds under inferred or fresh noise."""
-    key, noise, num_worlds = settings.key, settings.noise, settings.num_worlds
-    if noise == "recorded":
-        return recorded_worlds(key, ids)
-    if noise == "fresh":
-        return fresh_worlds(key, ids, num_worlds)
-    observed = settings.observed
-    obs = choices[ids] if observed is None else np.asarray(observed)[ids]
-    pipeline = settings.game.pipeline
-    return inferred_worlds(pipeline, sub_cases, obs, _inferred_key(key), num_worlds, case_ids=ids)
-
-
-def _num_rows(worlds) -> int:
-    """The failures `worlds` covers (a `World`'s keys `[F, W]`, an `ExpectedWorlds`' ids)."""
-    if isinstance(worlds, ExpectedWorlds):
-        return int(worlds.case_id.shape[0])
-    return int(worlds.key.shape[0])
-
-
-def _inferred_key(key):
-    """The root key of the inferred worlds (the front's and the analysis's are the same)."""
-    return jr.fold_in(key, INFERRED_TAG)
-
-
-def _analyse(settings: BatchSettings, cases, worlds, start: int, case_ids) -> dict:
-    """Per-failure values of one block: host arrays (float64), and the evaluations spent."""
-    game = settings.game
-    n = game.num_players
-    num_f, num_w = (
-        (_num_rows(worlds), 1) if isinstance(worlds, ExpectedWorlds) else worlds.key.shape
-    )
-    if settings.estimator == "exact":
-        result, resolve = exact_run(
-            game,
-            cases,
-            worlds,
-            max_steps=max(n, 20),
-            threshold=settings.threshold,
-            case_ids=case_ids,
-            fixed_shape=True,  # every block has the block size: no bucket padding on top
-        )
-        out = jax.device_get(
-            dict(
-                shapley=result.shapley,
-                empty=result.empty,
-                full=result.full,
-                last_step=result.last_step,
-                resolve=resolve,
-            )
-        )  # one transfer; the total repair v(all) - v(empty) on the host (as `result.total`, in its dtype)
-        out = dict(
-            shapley=out["shapley"],
-            total=out["full"] - out["empty"],
-            **{k: v for k, v in out.items() if k != "shapley"},
-        )
-        out = {
-            name: value.astype(np.float64) if name != "last_step" else value
-            for name, value in out.items()
-        }
-        # The structured path scores no coalition on its own: it counts its direct runs.
-        runs = 2 + n if result.method == "structured" else 1 << n
-        return dict(out, evaluations=num_f * num_w * runs)
-    # Failure i of the stream takes fold_in(key, i), whatever its block.
-    key = jr.fold_in(settings.key, BATCH_MC_TAG)
-    function = mc_function(game, settings.num_permutations)
-    estimate, empty, full, last, resolve, low, high, nan = over_failures(  # split over devices
-        function, cases, worlds, key, settings.threshold, jnp.int32(start)
-    )
-    nan = np.asarray(nan)
-    check_scores_in_range(
-        float(np.min(low)),
-        float(np.max(high)),
-        game.score_range,
-        lambda: explain_nan(game, cases, worlds, nan, case_ids),
-        nan=bool(nan.any()),
-    )
-    return dict(
-        shapley=np.asarray(estimate.values, np.float64),
-        total=np.asarray(full - empty, np.float64),
-        empty=np.asarray(empty, np.float64),
-        full=np.asarray(full, np.float64),
-        last_step=np.asarray(last),
-        resolve=np.asarray(resolve, np.float64),
-        evaluations=num_f
-        * num_w
-        * (2 + settings.num_permutations * (n - 1) + n),  # + n: the fixes alone
     )
 
 
@@ -705,28 +494,6 @@ def _advance(bar, state: BatchState, total: int) -> None:
     bar.update(state.start - bar.n)
 
 
-def _option_names(option_names, structure):
-    """`option_names`, checked against the pipeline, as `((step, names or None), ...)`."""
-    if option_names is None:
-        return None
-    if not isinstance(option_names, dict):
-        raise TypeError(
-            f"`option_names` must be a dict {{step: option names}}, got {option_names!r}"
-        )
-    out = []
-    for step in structure.steps:
-        labels = option_names.get(step)
-        k = structure.num_options[structure.step_index(step)]
-        if labels is not None and len(labels) != k:
-            raise ValueError(
-                f"`option_names[{step!r}]` must name all {k} options, got {len(labels)}"
-            )
-        out.append((step, tuple(labels) if labels is not None else None))
-    for step in option_names:
-        structure.step_index(step)  # unknown names raise
-    return tuple(out)
-
-
 def _empty_result(settings: BatchSettings, front: BatchFront, option_names) -> BatchResult:
     """The result of a test set with no failure to analyse: nothing to blame, not an error."""
     game = settings.game
@@ -738,7 +505,7 @@ def _empty_result(settings: BatchSettings, front: BatchFront, option_names) -> B
     return BatchResult(
         steps=names,
         site_steps=tuple(s.step for s in structure.sites),
-        option_names=_option_names(option_names, structure),
+        option_names=checked_option_names(option_names, structure),
         noise=settings.noise,
         question=QUESTIONS[settings.noise],
         estimator=settings.estimator,
