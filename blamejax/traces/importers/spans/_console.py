@@ -13,6 +13,7 @@ import datetime
 
 from ...format._check import shown
 from ...format._format import Problem
+from ._otlp import status_of
 
 _STATUS = {"UNSET": "UNSET", "OK": "OK", "ERROR": "ERROR"}
 
@@ -105,15 +106,8 @@ def console_span(doc: dict, where: dict, problems: list) -> dict | None:
             }
         )
     code = (doc.get("status") or {}).get("status_code", "UNSET")
-    status = _STATUS.get(code)
-    if status is None:
-        found.append(
-            Problem(
-                **where,
-                field=f"{label}.status.status_code",
-                message=f"expected UNSET, OK or ERROR, got {shown(code)}",
-            )
-        )
+    field = f"{label}.status.status_code"
+    status = status_of(code, _STATUS, "UNSET, OK or ERROR", where, field, found)
     start = _nanoseconds(doc.get("start_time"))
     if start is None:
         found.append(

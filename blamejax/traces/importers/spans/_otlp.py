@@ -169,6 +169,16 @@ def _list_of(value, field) -> list:
     return value
 
 
+def status_of(code, table: dict, expected: str, where: dict, field: str, found: list):
+    """The status ("UNSET", "OK", "ERROR") that a span's status `code` means in its format's
+    `table`; `None`, with a problem in `found` naming `field`, for a code the format lacks."""
+    status = table.get(code)
+    if status is None:
+        message = f"expected {expected}, got {shown(code)}"
+        found.append(Problem(**where, field=field, message=message))
+    return status
+
+
 def _flatten(span, resource, scope, where, problems) -> dict | None:
     if not isinstance(span, dict):
         problems.append(
@@ -207,15 +217,8 @@ def _flatten(span, resource, scope, where, problems) -> dict | None:
     except Bad as e:
         found.append(Problem(**where, field=label, message=str(e)))
     code = (span.get("status") or {}).get("code", 0)
-    status = _STATUS.get(code)
-    if status is None:
-        found.append(
-            Problem(
-                **where,
-                field=f"{label}.status.code",
-                message=f"expected 0/1/2 or STATUS_CODE_UNSET/OK/ERROR, got {shown(code)}",
-            )
-        )
+    expected = "0/1/2 or STATUS_CODE_UNSET/OK/ERROR"
+    status = status_of(code, _STATUS, expected, where, f"{label}.status.code", found)
     start = span.get("startTimeUnixNano", 0)
     try:
         start = int(start)
