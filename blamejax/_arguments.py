@@ -95,6 +95,16 @@ def check_positive_int(value, argument: str, allow_none: bool = False) -> int | 
     return int(value)
 
 
+def check_power_of_two(value, argument: str, allow_none: bool = False) -> int | None:
+    """`value`, a positive power of two (an int; or `None`, where `allow_none`), as a
+    Python int: a compiled shape, such as the failures per call."""
+    if allow_none and value is None:
+        return None
+    if not _is_int(value) or value < 1 or value & (value - 1):
+        raise ValueError(f"`{argument}` must be a positive power of two, got {value!r}")
+    return int(value)
+
+
 def check_bool(value, argument: str) -> bool:
     """`value`, `True` or `False` (not 0/1, not a string), as a Python bool."""
     if not isinstance(value, (bool, np.bool_)):

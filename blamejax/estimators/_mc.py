@@ -33,6 +33,7 @@ from .._arguments import (
     check_finite_number,
     check_option,
     check_positive_int,
+    check_power_of_two,
     renamed_keywords,
 )
 from .._checks import (
@@ -125,12 +126,6 @@ def _check_stop(stop, epsilon) -> tuple[str, ...]:
     if "width" in names and epsilon <= 0:
         raise ValueError("the 'width' rule needs `epsilon` > 0 (the widest interval allowed)")
     return names
-
-
-def _check_power_of_two(block_size) -> int:
-    if not isinstance(block_size, int) or block_size < 1 or block_size & (block_size - 1):
-        raise ValueError(f"`block_size` must be a positive power of two, got {block_size!r}")
-    return block_size
 
 
 def _rules_hold(names, values, lower, upper, epsilon) -> np.ndarray:
@@ -245,7 +240,7 @@ def mc_shapley(
         interval=check_option(interval, "interval", Interval),
         schedule=check_option(schedule, "schedule", Schedule),
         antithetic=check_bool(antithetic, "antithetic"),
-        block_size=_check_power_of_two(block_size),
+        block_size=check_power_of_two(block_size, "block_size"),
         lanes=check_positive_int(lanes, "lanes", allow_none=True),
         history=check_bool(history, "history"),
     )
