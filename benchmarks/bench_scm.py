@@ -1,9 +1,9 @@
 """Attribution accuracy on synthetic SCMs whose culprit is known.
 
 For each configuration, errors are injected into successful runs of a random pipeline
-(`blamejax.scm.inject_errors`: the golden label is the earliest step whose fix alone repairs
+(`blamejax.benchmarks.scm.inject_errors`: the golden label is the earliest step whose fix alone repairs
 the failure), and every attribution method names a step on the same failures and the same
-recorded noise (`blamejax.scm.compare_methods`). Reported: Step@0, Step@1 and agent-level
+recorded noise (`blamejax.benchmarks.scm.compare_methods`). Reported: Step@0, Step@1 and agent-level
 accuracy with 95% Wilson intervals, the generator's rejection rate, the cost of each method
 (pipeline runs and wall time per failure), and on multi-culprit cases (conjunctive and
 disjunctive, analytic Shapley values 1/m) how often the named step is a culprit and how far
@@ -36,7 +36,7 @@ sys.path.insert(0, ROOT)
 import jax  # noqa: E402
 import jax.random as jr  # noqa: E402
 
-from blamejax import scm  # noqa: E402
+from blamejax.benchmarks import scm  # noqa: E402
 
 STEPS_PER_AGENT = 2
 
