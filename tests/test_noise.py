@@ -94,6 +94,15 @@ def _bits(x):
     return np.atleast_1d(np.asarray(x)).view(np.uint32)
 
 
+def _gumbel_ref(key, shape=()):
+    """What every Gumbel is: jax.random's float32 draw, cast to the default float dtype."""
+    return jr.gumbel(key, shape, jnp.float32).astype(jnp.result_type(float))
+
+
+def _uniform_ref(key):
+    return jr.uniform(key, (), jnp.float32).astype(jnp.result_type(float))
+
+
 def test_gumbel_at_same_address_same_values():
     key = bj.noise.world_key(jr.key(3), 5, 2)
     first = bj.noise.gumbel_at(key, "retriever", 1, 6)
@@ -181,8 +190,8 @@ def test_threefry2x32_equals_jax():
 
 @pytest.mark.parametrize("data", [0, 1, 7, 0x47554D42, 2**32 - 1])
 def test_fold_in_split_gumbel_uniform_equal_jax_random(data):
-    """Under jit and eagerly, in the default float dtype (the CI float64 run covers
-    float64): the addressed noise is exactly jax.random's, only computed faster."""
+    """Under jit and eagerly: the addressed noise is exactly jax.random's float32 draw (cast
+    to the default float dtype), only computed faster."""
     key = jr.key(123)
     folded = noise.fold_in(key, data)
     assert jr.key_data(folded).tolist() == jr.key_data(jr.fold_in(key, data)).tolist()
@@ -190,13 +199,15 @@ def test_fold_in_split_gumbel_uniform_equal_jax_random(data):
     assert jr.key_data(jitted).tolist() == jr.key_data(jr.fold_in(key, data)).tolist()
     ours = [jr.key_data(k).tolist() for k in noise._split2(folded)]
     assert ours == jr.key_data(jr.split(folded)).tolist()
-    np.testing.assert_array_equal(_bits(noise._gumbels(folded)), _bits(jr.gumbel(folded)))
-    np.testing.assert_array_equal(_bits(noise._gumbels(folded, 9)), _bits(jr.gumbel(folded, (9,))))
+    np.testing.assert_array_equal(_bits(noise._gumbels(folded)), _bits(_gumbel_ref(folded)))
+    np.testing.assert_array_equal(
+        _bits(noise._gumbels(folded, 9)), _bits(_gumbel_ref(folded, (9,)))
+    )
     site = jr.fold_in(
         jr.fold_in(jr.fold_in(key, bj.noise.UNIFORM_TAG), bj.noise.stable_hash("w")), 2
     )
     np.testing.assert_array_equal(
-        _bits(bj.noise.uniform_at(key, "w", 2, data)), _bits(jr.uniform(jr.fold_in(site, data)))
+        _bits(bj.noise.uniform_at(key, "w", 2, data)), _bits(_uniform_ref(jr.fold_in(site, data)))
     )
 
 
@@ -207,7 +218,7 @@ def test_gumbel_at_is_jax_random_at_its_address():
     site = jr.fold_in(
         jr.fold_in(jr.fold_in(key, bj.noise.GUMBEL_TAG), bj.noise.stable_hash("writer")), 1
     )
-    expected = np.stack([np.asarray(jr.gumbel(jr.fold_in(site, j))) for j in range(6)])
+    expected = np.stack([np.asarray(_gumbel_ref(jr.fold_in(site, j))) for j in range(6)])
     np.testing.assert_array_equal(_bits(bj.noise.gumbel_at(key, "writer", 1, 6)), _bits(expected))
 
 
@@ -217,7 +228,7 @@ def _loop_reference(key, sites, num_options):
         site = jr.fold_in(
             jr.fold_in(jr.fold_in(key, bj.noise.GUMBEL_TAG), bj.noise.stable_hash(step)), slot
         )
-        rows.append([np.asarray(jr.gumbel(jr.fold_in(site, j))) for j in range(num_options)])
+        rows.append([np.asarray(_gumbel_ref(jr.fold_in(site, j))) for j in range(num_options)])
     return np.asarray(rows)
 
 
@@ -264,6 +275,49 @@ def test_gumbel_at_is_standard_gumbel():
         for q in (-1.0, 0.0, 0.5, 2.0, 4.0):
             p = math.exp(-math.exp(-q))
             assert abs(np.mean(x <= q) - p) < 5 * math.sqrt(p * (1 - p) / n)
+
+
+# --------------------------------------------------------------------------------------
+# The noise does not depend on the precision mode
+# --------------------------------------------------------------------------------------
+
+
+def _draws_in_mode(x64: bool, partitionable: bool = True):
+    """Every kind of addressed draw at a few addresses, computed with `jax_enable_x64` on
+    or off (one process: the compiled draws are cached per mode)."""
+    with jax.enable_x64(x64), jax.threefry_partitionable(partitionable):
+        world = bj.noise.world_key(bj.noise.as_key(7), 3, 1)
+        logits = jnp.asarray([0.3, -1.2, 2.0, -jnp.inf, 0.0], jnp.result_type(float))
+        abducted = [
+            bj.noise.abduct_gumbels(bj.noise.abduction_key(world, "s", slot), logits, slot % 3)
+            for slot in range(4)
+        ]
+        return dict(
+            dtype=jnp.result_type(float),
+            gumbel_at=bj.noise.gumbel_at(world, "planner", 2, 7),
+            sites=gumbel_sites(world, ("a", "b", "a"), (0, 0, 1), 5),
+            fresh=bj.noise.gumbel_at(bj.noise.fresh_key(world, jnp.int32(4)), "b", 0, 3),
+            uniform=jnp.stack([bj.noise.uniform_at(world, "u", 1, i) for i in range(5)]),
+            abducted=jnp.stack(abducted),
+        )
+
+
+@pytest.mark.parametrize("partitionable", [True, False], ids=["unrolled", "jax.random"])
+def test_noise_is_the_same_with_and_without_x64(partitionable):
+    """The same address gives the same Gumbels and uniforms in float32 and in float64 (the
+    float32 numbers, cast), and the same posterior Gumbels up to float32 rounding; the
+    abducted noise still makes the observed option win in both."""
+    x32 = _draws_in_mode(False, partitionable)
+    x64 = _draws_in_mode(True, partitionable)
+    assert x32["dtype"] == jnp.float32 and x64["dtype"] == jnp.float64
+    for name in ("gumbel_at", "sites", "fresh", "uniform"):
+        assert x64[name].dtype == jnp.float64
+        np.testing.assert_array_equal(np.asarray(x32[name], np.float64), np.asarray(x64[name]))
+    low, high = np.asarray(x32["abducted"], np.float64), np.asarray(x64["abducted"])
+    np.testing.assert_allclose(low, high, rtol=2e-6, atol=2e-6)
+    assert np.abs(low - high).max() > 0  # transformed in each mode's own precision
+    logits = np.asarray([0.3, -1.2, 2.0, -np.inf, 0.0])
+    assert np.argmax(logits + high, axis=1).tolist() == [0, 1, 2, 0]
 
 
 # --------------------------------------------------------------------------------------

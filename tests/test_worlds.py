@@ -315,6 +315,42 @@ def test_inferred_worlds_reproduce_factual_run():
     assert len(np.unique(np.asarray(factual["score"]))) > num_cases // 2
 
 
+def _demo_worlds_in_mode(x64: bool):
+    """The refund demo's recorded replay, 3 inferred worlds per case abducted from it, and
+    their replay under a fix of the planner, with `jax_enable_x64` on or off."""
+    with jax.enable_x64(x64):
+        cases = bj.demos.refund_cases(64)
+        ids = np.arange(64)
+        recorded = bj.replay(bj.demos.refund_pipeline, cases, bj.recorded_worlds(0, ids))
+        observed = np.asarray(recorded["choice"][:, 0])
+        worlds = bj.inferred_worlds(bj.demos.refund_pipeline, cases, observed, 3, 3)
+        structure = bj.discover(bj.demos.refund_pipeline, jax.tree.map(lambda x: x[0], cases))
+        planner = structure.step_index("planner")
+        plan = bj.pipeline.set_step(bj.pipeline.factual_plan(structure), planner, variant=1)
+        fixed = bj.replay(bj.demos.refund_pipeline, cases, worlds, plan)
+        return recorded, worlds, fixed
+
+
+def test_worlds_are_the_same_with_and_without_x64():
+    """The same seed and case ids give the same worlds in float32 and in float64: the
+    recorded noise equal, the same observed choices and scores on a demo, the abducted noise
+    equal up to rounding, and the same counterfactual choices under it (one process)."""
+    recorded32, worlds32, fixed32 = _demo_worlds_in_mode(False)
+    recorded64, worlds64, fixed64 = _demo_worlds_in_mode(True)
+    assert worlds32.overrides[0].dtype == jnp.float32
+    assert worlds64.overrides[0].dtype == jnp.float64
+    for low, high in zip(recorded32["noise"], recorded64["noise"]):
+        np.testing.assert_array_equal(np.asarray(low, np.float64), np.asarray(high))
+    for low, high in zip(worlds32.overrides, worlds64.overrides):
+        np.testing.assert_allclose(np.asarray(low, np.float64), high, rtol=2e-6, atol=2e-6)
+    for first, second in ((recorded32, recorded64), (fixed32, fixed64)):
+        np.testing.assert_array_equal(first["choice"], second["choice"])
+        np.testing.assert_array_equal(np.asarray(first["score"], np.float64), second["score"])
+    failed = np.asarray(recorded32["score"][:, 0]) < 1
+    assert 0 < failed.sum() < failed.size  # some failures, and some successes, to agree on
+    assert (np.asarray(fixed32["choice"]) != np.asarray(recorded32["choice"])).any()
+
+
 # --------------------------------------------------------------------------------------
 # Vectorization
 # --------------------------------------------------------------------------------------

@@ -2,11 +2,10 @@
 (root key, world, step, draw slot, option), so switching one step to its fix never shifts
 another step's noise.
 
-The noise depends on the precision mode: a Gumbel is `jax.random.gumbel` of its address in
-the default float dtype, which draws 32 random bits in float32 and 64 in float64, so the same
-seed and case ids give unrelated worlds with and without `jax_enable_x64` (and a failure in
-one mode may pass in the other). Compare or reproduce runs in the mode they were made in;
-`expected_worlds` integrates the noise out and has no such dependence.
+The noise does not depend on the precision mode: every Gumbel and uniform is drawn in float32
+(32 random bits, as `jax.random` draws it in float32) and cast to the default float dtype, so
+the same seed and case ids give the same worlds with and without `jax_enable_x64`, the
+Gumbels equal and the posterior (abducted) ones equal up to rounding.
 
 The address tags (`GUMBEL_TAG`, `PERM_TAG`, ...) that keep the streams apart are listed once,
 in `blamejax/noise/_tags.py`, and exported here.

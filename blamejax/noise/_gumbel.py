@@ -47,9 +47,13 @@ def stable_hash(name: str) -> int:
 # memory. The same hash written out round by round is one elementwise expression that XLA
 # fuses into a single loop: it compiles in a fraction of the time and runs about three times
 # faster. The functions below reproduce `jax.random.fold_in`, `split`, `uniform` and `gumbel`
-# bit for bit (tests/test_noise.py checks it); keys of another implementation, or JAX's
-# non-partitionable Threefry mode, fall back to `jax.random` itself. The public draws are
+# (in float32) bit for bit (tests/test_noise.py checks it); keys of another implementation, or
+# JAX's non-partitionable Threefry mode, fall back to `jax.random` itself. The public draws are
 # jitted, as jax.random's are, so that an eager call rounds exactly like a compiled one.
+#
+# Every draw is made in float32 whatever the precision mode, then cast to the default float
+# dtype: `jax.random` in float64 would read 64 random bits instead of 32 and give unrelated
+# numbers, so the same seed would give other worlds with `jax_enable_x64` on.
 
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 _PARITY = 0x1BD11BDA  # the Threefry key-schedule constant
@@ -110,26 +114,26 @@ def _bits_words(words, index):
     return y1 ^ y2
 
 
-def _unit_interval(words, index, dtype, minval):
-    """`jax.random.uniform(key, dtype=dtype, minval=minval)`, element `index`."""
-    info = jnp.finfo(dtype)
-    if info.bits == 64:
-        y1, y2 = _fold_words(words, index)
-        bits = (y1.astype(jnp.uint64) << jnp.uint64(32)) | y2.astype(jnp.uint64)
-        one = np.array(1.0, np.float64).view(np.uint64)
-    elif info.bits == 32:
-        bits = _bits_words(words, index)
-        one = np.array(1.0, np.float32).view(np.uint32)
-    else:
-        raise TypeError(f"noise dtype must be float32 or float64, got {jnp.dtype(dtype).name}")
-    shift = np.asarray(info.bits - info.nmant, bits.dtype)
-    floats = jax.lax.bitcast_convert_type((bits >> shift) | one.astype(bits.dtype), dtype) - 1.0
-    return jnp.maximum(jnp.asarray(minval, dtype), floats)
+_TINY = float(np.finfo(np.float32).tiny)  # the least uniform a Gumbel is drawn from
+
+
+def _unit_interval(words, index, minval):
+    """`jax.random.uniform(key, dtype=jnp.float32, minval=minval)`, element `index`."""
+    bits = _bits_words(words, index)
+    one = np.array(1.0, np.float32).view(np.uint32)
+    floats = jax.lax.bitcast_convert_type((bits >> np.uint32(9)) | one, jnp.float32) - 1.0
+    return jnp.maximum(jnp.asarray(minval, jnp.float32), floats)
 
 
 def _gumbel_words(words, index, dtype):
-    """`jax.random.gumbel(key, dtype=dtype)` (mode "low"), element `index`."""
-    return -jnp.log(-jnp.log(_unit_interval(words, index, dtype, jnp.finfo(dtype).tiny)))
+    """`jax.random.gumbel(key, dtype=jnp.float32)` (mode "low"), element `index`, cast to
+    `dtype`."""
+    return (-jnp.log(-jnp.log(_unit_interval(words, index, _TINY)))).astype(dtype)
+
+
+def _gumbel32(key, shape=()):
+    """`jax.random.gumbel(key, shape, jnp.float32)`, the draw every Gumbel is cast from."""
+    return jr.gumbel(key, shape, jnp.float32)
 
 
 def fold_in(key: PRNGKeyArray, data) -> PRNGKeyArray:
@@ -162,10 +166,11 @@ def _split2(key):
 
 
 def _gumbels(key, num: int | None = None):
-    """`jax.random.gumbel(key)` (``num=None``) or `jax.random.gumbel(key, (num,))`."""
+    """`jax.random.gumbel(key, dtype=jnp.float32)` (``num=None``) or
+    `jax.random.gumbel(key, (num,), jnp.float32)`, cast to the default float dtype."""
     dtype = jnp.result_type(float)
     if not _unrolled(key):
-        return jr.gumbel(key, () if num is None else (num,), dtype)
+        return _gumbel32(key, () if num is None else (num,)).astype(dtype)
     index = 0 if num is None else jnp.arange(num, dtype=jnp.uint32)
     return _gumbel_words(_words(key), index, dtype)
 
@@ -226,9 +231,9 @@ def gumbel_at(
     Option ``j`` is ``jax.random.gumbel(fold_in(site, j))`` with ``site`` the key
     ``fold_in(fold_in(fold_in(key, GUMBEL), stable_hash(step)), slot)``: it depends only on
     ``(key, step, slot, j)``, not on ``num_options``, so padding a step with extra
-    options leaves the others unchanged. It does depend on the precision mode: in the
-    default float dtype, float32 draws 32 random bits and float64 (`jax_enable_x64`) 64,
-    so the two modes give unrelated noise for the same address.
+    options leaves the others unchanged. Nor does it depend on the precision mode: each
+    Gumbel is drawn in float32 (``jax.random.gumbel(..., dtype=jnp.float32)``) and cast to
+    the default float dtype, so with `jax_enable_x64` the values are the same numbers.
 
     **Arguments:**
     - `key`: the world's key (see `world_key`).
@@ -246,7 +251,8 @@ def _gumbel_options(site: PRNGKeyArray, num_options: int) -> Float[Array, "*site
     options = jnp.arange(num_options, dtype=jnp.uint32)
     if not _unrolled(site):
         keys = fold_in(site[..., None], options)  # [*sites, K] keys
-        return jax.vmap(jr.gumbel)(keys.reshape(-1)).reshape(keys.shape)
+        draws = jax.vmap(_gumbel32)(keys.reshape(-1)).reshape(keys.shape)
+        return draws.astype(jnp.result_type(float))
     words = _words(site)
     words = (words[0][..., None], words[1][..., None])
     return _gumbel_words(_fold_words(words, options), 0, jnp.result_type(float))
@@ -271,7 +277,8 @@ def uniform_at(
     key: PRNGKeyArray, step: str, slot: int | Int[Array, ""] = 0, index: int | Int[Array, ""] = 0
 ) -> Float[Array, ""]:
     """One uniform draw on [0, 1) at the address (key, step, slot, index):
-    ``jax.random.uniform(fold_in(site, index))``."""
+    ``jax.random.uniform(fold_in(site, index), dtype=jnp.float32)``, cast to the default float
+    dtype (the same number with and without `jax_enable_x64`)."""
     return _uniform_at(key, step, jnp.asarray(slot, jnp.uint32), jnp.asarray(index, jnp.uint32))
 
 
@@ -279,8 +286,8 @@ def uniform_at(
 def _uniform_at(key, step, slot, index):
     site = fold_in(_site_key(key, UNIFORM_TAG, step, slot), index)
     if not _unrolled(site):
-        return jr.uniform(site)
-    return _unit_interval(_words(site), 0, jnp.result_type(float), 0.0)
+        return jr.uniform(site, (), jnp.float32).astype(jnp.result_type(float))
+    return _unit_interval(_words(site), 0, 0.0).astype(jnp.result_type(float))
 
 
 def gumbel_max(logits: Float[Array, "*batch K"], gumbels: Float[Array, "*batch K"]):
@@ -302,6 +309,10 @@ def abduct_gumbels(
     ``Gumbel(0)`` draw, so no ``-inf - (-inf)`` appears. Losers are kept a hair below
     ``M`` (relative margin 1e-6) so that float rounding can never produce a tie that
     ``argmax`` would break the wrong way.
+
+    The prior Gumbels are drawn in float32 (as every Gumbel, see `gumbel_at`) and the rest
+    is computed in the default float dtype, so the same key gives the same posterior noise,
+    up to rounding, with and without `jax_enable_x64`.
 
     Vectorise with `jax.vmap` over steps, worlds and failures. The observed option's
     logit must be finite. With `check` on, an impossible observation raises, inside `jit`
