@@ -82,6 +82,45 @@ def test_chunks_and_world_groups_agree(monkeypatch, getkey):
     np.testing.assert_array_equal(chunked.last_step, whole.last_step)
 
 
+def _block_size_cases(kind):
+    """Failures, worlds and a pipeline for `test_structured_values_do_not_depend_on_block_size`:
+    the RAG demo (a DAG: the score reads two draws) or a random chain, under fresh or expected
+    (counterfactual) worlds."""
+    pipeline, num = (bj.demos.rag_pipeline, 400) if kind[0] == "dag" else (chain_pipeline, 40)
+    if kind[0] == "dag":
+        cases = bj.demos.rag_cases(num, seed=0)
+    else:
+        cases = random_chain_cases(jr.key(3), 12, num, num_options=5)
+    out = bj.replay(pipeline, cases, bj.recorded_worlds(0, np.arange(num)))
+    failed = np.flatnonzero(np.asarray(out["score"][:, 0]) < 1)[:21]
+    cases = jax.tree_util.tree_map(lambda x: x[failed], cases)
+    if kind[1] == "fresh":
+        return pipeline, cases, bj.fresh_worlds(1, failed, 8)
+    observed = np.asarray(out["choice"][:, 0])  # [F, sites]
+    return pipeline, cases, bj.expected_worlds(failed, observed[failed])
+
+
+@pytest.mark.parametrize(
+    "kind", [("dag", "fresh"), ("dag", "expected"), ("chain", "fresh"), ("chain", "expected")]
+)
+def test_structured_values_do_not_depend_on_block_size(kind):
+    """A failure's structured values are the same bits whatever `block_size`: each call runs
+    its failures a fixed number at a time (`MICRO_BATCH`), so one failure's arithmetic never
+    takes the shape of its block (the enumerating path's rounding never did)."""
+    pipeline, cases, worlds = _block_size_cases(kind)
+    runs = [
+        bj.exact_blame(pipeline, cases, worlds, block_size=size, method="structured")
+        for size in (None, 1, 2, 8)
+    ]
+    names = ("shapley", "banzhaf", "fix_alone", "leave_one_out", "empty", "full", "last_step")
+    for run in runs[1:]:
+        for name in names:
+            assert np.array_equal(
+                np.asarray(getattr(run, name)), np.asarray(getattr(runs[0], name)), equal_nan=True
+            ), name
+    assert np.abs(np.asarray(runs[0].shapley)).max() > 1e-2  # not a trivial instance
+
+
 def test_bucket_sizes():
     sizes = [_exact._bucket(count, 1024) for count in range(1, 2000)]
     assert all(b >= c for b, c in zip(sizes, range(1, 1025)))
@@ -163,6 +202,14 @@ for num in (8, 7):  # 8: one call, sharded output; 7: padded to whole rows per d
     if num == 8:
         assert len(spread.shapley.sharding.device_set) == 2, spread.shapley.sharding
         assert len(single.shapley.sharding.device_set) == 1
+from helpers import chain_pipeline, random_chain_cases
+cases = random_chain_cases(jax.random.key(3), 12, 14, num_options=5)
+for worlds in (bj.fresh_worlds(1, range(14), 4), bj.expected_worlds(np.arange(14))):
+    single = bj.exact_blame(chain_pipeline, cases, worlds, devices=jax.devices()[:1])
+    spread = bj.exact_blame(chain_pipeline, cases, worlds, block_size=4)
+    assert single.method == spread.method == "structured"
+    for name in ("shapley", "banzhaf", "fix_alone", "leave_one_out", "empty", "full"):
+        assert np.array_equal(np.asarray(getattr(spread, name)), np.asarray(getattr(single, name))), name
 print("ok")
 """
 
@@ -170,13 +217,17 @@ print("ok")
 @pytest.mark.slow  # multi-process: a child Python process with two CPU devices
 def test_failures_sharded_over_devices_equal_one_device():
     """Two simulated CPU devices (XLA_FLAGS, in a fresh process): the failure axis is split
-    over both and the answers equal a one-device run."""
+    over both and the answers equal a one-device run (bit for bit on the structured path)."""
     import os
     import subprocess
     import sys
 
+    here = os.path.dirname(os.path.abspath(__file__))  # the script imports `helpers`
     env = dict(
-        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu"
+        os.environ,
+        XLA_FLAGS="--xla_force_host_platform_device_count=2",
+        JAX_PLATFORMS="cpu",
+        PYTHONPATH=os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]),
     )
     out = subprocess.run(
         [sys.executable, "-c", _SHARDED_SCRIPT],

@@ -41,7 +41,15 @@ from ..structured import (
 )
 from ..worlds import ExpectedWorlds
 from ._checkpoint import defers_interrupts, interrupt_notice, interrupted
-from ._devices import failure_sharding, num_shards, on_device, place, take_rows, to_local
+from ._devices import (
+    failure_sharding,
+    num_shards,
+    on_device,
+    place,
+    split_over_devices,
+    take_rows,
+    to_local,
+)
 from ._results import ExactResult
 
 DEFAULT_MAX_STEPS = 20
@@ -50,6 +58,9 @@ METHODS = ("auto", "structured", "enumerate")
 # The structured path: the numbers (site x quadrature node x frontier state, per failure and
 # world) one compiled call may keep for its reverse pass.
 STRUCTURED_BUDGET = 2**26
+# The structured path vmaps this many failures at a time inside a call, whatever the call's
+# size, so that a failure's values do not depend on `block_size` or the device count.
+MICRO_BATCH = 4
 
 
 def _bucket(count: int, chunk: int) -> int:
@@ -163,11 +174,15 @@ def resolve_method(game: Game, cases, method: str, max_steps: int):
 
 
 @compiled("exact.structured")
-def _structured_function(game: Game, elim, graph, interactions: bool, expected: str | None = None):
+def _structured_function(
+    game: Game, elim, graph, interactions: bool, expected: str | None = None, sharding=None
+):
     """The compiled call that blames one chunk of failures by the multilinear extension
     (`blamejax.structured`): the same outputs as `_chunk_function`. `expected`: `"fresh"`
     or `"inferred"` for `ExpectedWorlds` (the chunk's worlds are then the observed options
-    `[F, sites]`, unused for fresh), blame in expectation over the noise as one world."""
+    `[F, sites]`, unused for fresh), blame in expectation over the noise as one world.
+    With a `sharding` over several devices each device runs its own rows (`shard_map`),
+    `MICRO_BATCH` at a time as on one device."""
     pipeline, structure, players, _, _, _ = game
     n = len(players)
 
@@ -222,13 +237,45 @@ def _structured_function(game: Game, elim, graph, interactions: bool, expected: 
 
     def chunk(cases, worlds, threshold=None):
         note_trace("exact.structured")
-        attribution, lo, hi, last, resolve = jax.vmap(per_failure, in_axes=(0, 0, None))(
-            cases, worlds, threshold
-        )
+        attribution, lo, hi, last, resolve = _micro_batched(per_failure, cases, worlds, threshold)
         stats = jnp.stack([lo.min(), hi.max(), _non_finite(cases).astype(lo.dtype)])
         return attribution, last, stats, resolve
 
-    return jax.jit(chunk)
+    if sharding is None:
+        return jax.jit(chunk)
+    split = split_over_devices(chunk, sharding, (0, 0, None), (0, 0, "device", 0))
+
+    def spread(cases, worlds, threshold=None):
+        attribution, last, stats, resolve = split(cases, worlds, threshold)
+        return attribution, last, _merge_stats(stats), resolve
+
+    return spread
+
+
+@jax.jit
+def _merge_stats(stats):
+    """The devices' `[D, 3]` stats (lowest score, highest score, any non-finite) as one."""
+    return jnp.stack([stats[:, 0].min(), stats[:, 1].max(), stats[:, 2].max()])
+
+
+def _micro_batched(per_failure, cases, worlds, threshold):
+    """`vmap(per_failure)` over the failures, `MICRO_BATCH` of them at a time (`lax.map`; the
+    last batch filled with copies of the first failure, dropped): every failure's arithmetic
+    has the same shapes, hence the same rounding, whatever the number of failures in a call
+    (`block_size`, the device count)."""
+    count = jax.tree_util.tree_leaves(cases)[0].shape[0]
+    padded = -(-count // MICRO_BATCH) * MICRO_BATCH
+    index = np.where(np.arange(padded) < count, np.arange(padded), 0)
+
+    def batches(x):
+        x = x if padded == count else x[index]
+        return x.reshape((padded // MICRO_BATCH, MICRO_BATCH) + x.shape[1:])
+
+    def one_batch(rows):
+        return jax.vmap(per_failure, in_axes=(0, 0, None))(*rows, threshold)
+
+    outs = jax.lax.map(one_batch, jax.tree_util.tree_map(batches, (cases, worlds)))
+    return jax.tree_util.tree_map(lambda x: x.reshape((padded,) + x.shape[2:])[:count], outs)
 
 
 def _non_finite(cases):
@@ -410,7 +457,9 @@ def exact_run(
                 per_failure *= max(1, n)
             block_size = max(1, STRUCTURED_BUDGET // per_failure)
             block_size = 1 << (block_size.bit_length() - 1)
-        function = _structured_function(game, elim, graph, interactions, expected)
+        function = _structured_function(
+            game, elim, graph, interactions, expected, failure_sharding(devices)
+        )
     else:
         size = 1 << n
         world_group = num_worlds
