@@ -304,3 +304,170 @@ def test_product_score_is_carried_as_factors(shape, getkey):
     assert reason is None and len(elim.factors) == n + 1 and elim.chain == (shape == "chain")
     s, e = both(pipeline, cases, worlds)
     assert_same(s, e)
+
+
+# The general contraction as one scan over the draws (`blamejax.structured._scan`), which
+# `structured_plan` picks for pipelines of `SCAN_MIN_SITES` draws or more; here forced on
+# short pipelines (monkeypatched) to check it against enumeration and the draw-by-draw form.
+
+
+def skip_pipeline(ctx, case):
+    """A skip-chain: every third draw also reads the draw three before it; step s4 draws twice
+    (one fix bit for both draws); the score reads the last draw."""
+    t = case["tables"]
+    made = [ctx.choose("s0", t[0])]
+    for i in range(1, len(t)):
+        given = (made[i - 1], made[i - 3]) if i % 3 == 0 else made[i - 1]
+        step, slot = ("s4", 1) if i == 5 else (f"s{i}", 0)
+        made.append(ctx.choose(step, t[i], given=given, slot=slot))
+    return made[-1].take(case["score"])
+
+
+def skip_cases(seed, num_draws, num_cases, k=3):
+    rng = np.random.default_rng(seed)
+    tables = []
+    for i in range(num_draws):
+        parents = 0 if i == 0 else (2 if i % 3 == 0 else 1)
+        table = 1.5 * rng.standard_normal((num_cases, 2) + (k,) * parents + (k,))
+        table[rng.uniform(size=table.shape) < 0.15] = -np.inf  # some impossible options,
+        table[..., 0] = np.maximum(table[..., 0], -5.0)  # but none a row of no valid option
+        tables.append(jnp.asarray(table, jnp.float32))
+    return dict(tables=tables, score=jnp.asarray(rng.uniform(size=(num_cases, k)), jnp.float32))
+
+
+@pytest.fixture
+def scan_everywhere(monkeypatch):
+    """`structured_plan` runs every pipeline that is no chain by the scan."""
+    monkeypatch.setattr(bj.structured._plan, "SCAN_MIN_SITES", 1)
+
+
+def plan_of(pipeline, cases):
+    elim, graph, reason = bj.structured.structured_plan(bj.Game.make(pipeline, cases), cases)
+    assert reason is None
+    return elim, graph
+
+
+@pytest.mark.parametrize("noise", ["fresh", "inferred"])
+def test_scan_equals_enumeration(noise, scan_everywhere, getkey):
+    cases = skip_cases(0, 9, 4)
+    assert plan_of(skip_pipeline, cases)[0].scan
+    if noise == "fresh":
+        worlds = bj.fresh_worlds(getkey(), range(4), 3)
+    else:
+        worlds = inferred(skip_pipeline, cases, getkey())
+    assert_same(*both(skip_pipeline, cases, worlds, interactions=True), interactions=True)
+
+
+def test_scan_equals_enumeration_with_several_factors(scan_everywhere, getkey):
+    """A tree of steps with 2 to 4 options (padded slots), a root in the middle, and a score
+    that is one factor per step (and a constant one)."""
+    n = 12
+    rng = np.random.default_rng(5)
+    given = [None] + [int(rng.integers(0, i)) for i in range(1, n)]
+    given[5] = None
+    pipeline = trace_like(tuple(given), tuple(range(n)))
+    cases = trace_like_cases(6, given, 3)
+    elim, _ = plan_of(pipeline, cases)
+    assert elim.scan and len(elim.factors) == n + 1
+    assert_same(*both(pipeline, cases, bj.fresh_worlds(getkey(), range(3), 2)))
+
+
+@pytest.mark.parametrize("observed", [False, True])
+def test_scan_equals_the_draw_by_draw_contraction_in_expected_noise(observed, monkeypatch):
+    cases = skip_cases(1, 9, 3)
+    seen = None
+    if observed:
+        seen = bj.replay(skip_pipeline, cases, bj.recorded_worlds(0, range(3)))["choice"][:, 0]
+    worlds = bj.expected_worlds(np.arange(3), seen)
+    out = []
+    for least in (1, 10**9):
+        monkeypatch.setattr(bj.structured._plan, "SCAN_MIN_SITES", least)
+        assert plan_of(skip_pipeline, cases)[0].scan == (least == 1)
+        out.append(bj.exact_blame(skip_pipeline, cases, worlds, interactions=True))
+    for field in FIELDS + ("interactions",):
+        a, b = (np.asarray(getattr(r, field)) for r in out)
+        np.testing.assert_allclose(a, b, atol=TOL, rtol=0, err_msg=field)
+    assert np.abs(np.asarray(out[1].shapley)).max() > 1e-3
+
+
+def random_maps(seed, graph, sizes, num_worlds):
+    """Per site `[worlds, 2, *K_parents]` int32 maps; in the second half of the worlds about
+    one row in ten has no valid option (-1)."""
+    rng = np.random.default_rng(seed)
+    maps = []
+    for s, parents in enumerate(graph.parents):
+        shape = (num_worlds, 2) + tuple(sizes[p] for p in parents)
+        m = rng.integers(0, sizes[s], shape)
+        bad = rng.uniform(size=shape) < 0.1
+        bad[: num_worlds // 2] = False
+        maps.append(jnp.asarray(np.where(bad, -1, m), jnp.int32))
+    return tuple(maps)
+
+
+def test_scan_world_blame_equals_draw_by_draw_with_rows_of_no_valid_option(scan_everywhere):
+    cases = skip_cases(2, 9, 1)
+    elim, graph = plan_of(skip_pipeline, cases)
+    maps = random_maps(3, graph, elim.sizes, 16)
+    score = (jnp.asarray(np.random.default_rng(4).uniform(size=(3,)), jnp.float32),)
+
+    def blame(elim):
+        return jax.vmap(lambda m: bj.structured.world_blame(elim, m, score, True))(maps)
+
+    scanned, unrolled = blame(elim), blame(elim._replace(scan=False))
+    for a, b in zip(scanned, unrolled):
+        np.testing.assert_allclose(a, b, atol=TOL, rtol=0)  # NaN where the other is NaN
+    nan = np.isnan(np.asarray(scanned.shapley)).any(1)
+    assert nan.any() and not nan.all()
+
+
+def test_scan_jit_equals_eager(scan_everywhere):
+    cases = skip_cases(3, 9, 1)
+    game = bj.Game.make(skip_pipeline, cases)
+    elim, graph = plan_of(skip_pipeline, cases)
+    function = _exact._structured_function(game, elim, graph, False)
+    worlds = bj.fresh_worlds(0, range(1), 1)
+    compiled = function(cases, worlds)
+    with jax.disable_jit():
+        eager = function(cases, worlds)
+    for a, b in zip(jax.tree_util.tree_leaves(compiled), jax.tree_util.tree_leaves(eager)):
+        np.testing.assert_allclose(a, b, atol=TOL, rtol=0)
+
+
+def test_scan_program_does_not_grow_with_n(scan_everywhere):
+    """The scan's contraction lowers to the same program at 21 and 60 draws (both end on a
+    one-parent draw, so they have the same signatures); one world's whole blame (maps stacked
+    in) grows by a few lines per draw, the draw-by-draw one by far more."""
+    from blamejax.structured import _scan
+
+    def lines(num_draws, scan):
+        cases = skip_cases(4, num_draws, 1)
+        elim, graph = plan_of(skip_pipeline, cases)
+        elim = elim._replace(scan=scan)
+        maps = tuple(m[0] for m in random_maps(5, graph, elim.sizes, 1))
+        score = (jnp.ones((3,), jnp.float32),)
+        layout = _scan.scan_layout(elim)
+        pairs = _scan.stack_maps(layout, elim, maps)
+        dtype = jnp.result_type(float)
+        rows = _scan.stack_unary(layout, score, dtype)
+        t = jnp.full((3, elim.num_players), 0.5, dtype)
+
+        def core(pairs, rows, t):
+            gains = jax.grad(
+                lambda t: _scan.scan_extension(layout, elim, pairs, rows, score, t).sum()
+            )
+            masks = _scan.scan_reachable(layout, elim, pairs, dtype)
+            runs = _scan.scan_runs(layout, elim, pairs, score, t > 0.7)
+            return gains(t), masks, runs
+
+        def whole(maps):
+            return bj.structured.world_blame(elim, maps, score)
+
+        core_text = jax.jit(core).lower(pairs, rows, t).as_text()
+        return len(core_text.splitlines()), len(jax.jit(whole).lower(maps).as_text().splitlines())
+
+    core21, scanned21 = lines(21, True)
+    core60, scanned60 = lines(60, True)
+    _, unrolled21 = lines(21, False)
+    _, unrolled60 = lines(60, False)
+    assert core21 == core60
+    assert (scanned60 - scanned21) * 10 < unrolled60 - unrolled21
