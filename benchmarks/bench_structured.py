@@ -18,6 +18,9 @@ and prints the ratio or the fit):
   the structured exact values, and the structured call's time.
 - `--dag`: the skip-chain DAG (every 5th step reads two parents, K = 4) at n = 200 (and
   n = 1,000 with `BENCH_DAG_LONG=1`): first call (compile) and steady call.
+- `--replay`: `bj.replay` of a chain of n = 100 and 1,000 steps (K = 4 and 8), each call in a
+  fresh process: discovery, first and steady call, against the old route (draws one by one,
+  one output per site) at n = 100 (and 1,000 with `BENCH_REPLAY_OLD_LONG=1`), values equal.
 - `--expected`: `expected_worlds` (fresh and inferred) on a chain of 32 steps, 64 failures:
   first and steady call, and the gap to the mean over 512 fresh worlds.
 
@@ -333,6 +336,86 @@ def section_expected():
     return ok
 
 
+def _replay_run(n: int, k: int, route: str, out_path: str) -> None:
+    """One replay of a chain of `n` steps (8 cases, recorded worlds) in this process, timed:
+    prints one JSON line (discovery, first call, steady call, CPU seconds) and saves the
+    outputs to `out_path`. `route` "new" is `bj.replay`; "old" is the program it compiled
+    before (each draw made on its own, one output per site), kept here to compare."""
+    import json
+
+    cases = numpy_chain_cases(0, n, 8, k)
+    worlds = bj.recorded_worlds(0, np.arange(8))
+    start = time.perf_counter()
+    structure = bj.discover(chain, jax.tree_util.tree_map(lambda x: x[0], cases))
+    discover_s = time.perf_counter() - start
+    if route == "new":
+        function = lambda: bj.replay(chain, cases, worlds)  # noqa: E731
+    else:
+        plan = bj.pipeline.factual_plan(structure)
+        sizes = [site.num_options for site in structure.sites]
+
+        def one(case, world):
+            out = bj.pipeline.trace_arrays(chain, structure, case, world, plan, defer=False)
+            split = {
+                f: tuple(out[f][i, :s] for i, s in enumerate(sizes)) for f in ("logits", "noise")
+            }
+            return dict(out, **split)
+
+        old = jax.jit(jax.vmap(jax.vmap(one, in_axes=(None, 0)), in_axes=(0, 0)))
+        function = lambda: old(cases, worlds)  # noqa: E731
+    cpu = time.process_time()
+    out, first, steady = call(function, repeats=3)
+    cpu = time.process_time() - cpu
+    arrays = {f: np.asarray(out[f]) for f in ("score", "choice", "variant", "invalid")}
+    for field in ("logits", "noise"):
+        arrays.update({f"{field}{i}": np.asarray(x) for i, x in enumerate(out[field])})
+    np.savez(out_path, **arrays)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    print(json.dumps(dict(discover=discover_s, first=first, steady=steady, cpu=cpu, rss=rss)))
+
+
+def section_replay():
+    """`bj.replay` of a chain of n = 100 and 1,000 steps (K = 4 and 8), each in a fresh
+    process: discovery, first call (compile) and steady call, today's route against the old
+    one (draws made one by one, one output per site; at n = 1,000 only with
+    BENCH_REPLAY_OLD_LONG=1: it compiles for minutes), and that both give the same arrays."""
+    import json
+    import subprocess
+    import tempfile
+
+    say("## replay: chain, 8 cases x 1 recorded world, first call in a fresh process")
+    say("| n | K | route | discovery s | first call s | steady s | CPU s | peak RSS GiB |")
+    say("|---|---|---|---|---|---|---|---|")
+    ok = True
+    folder = tempfile.mkdtemp()
+    long_old = bool(os.environ.get("BENCH_REPLAY_OLD_LONG"))
+    for n, k in ((100, 4), (1000, 4), (1000, 8)):
+        routes = ("new", "old") if n <= 100 or long_old else ("new",)
+        saved = {}
+        for route in routes:
+            saved[route] = os.path.join(folder, f"{n}-{k}-{route}.npz")
+            code = (
+                f"import sys; sys.path.insert(0, {str(HERE)!r}); import bench_structured as b; "
+                f"b._replay_run({n}, {k}, {route!r}, {saved[route]!r})"
+            )
+            done = subprocess.run(
+                [sys.executable, "-c", code], capture_output=True, text=True, check=True
+            )
+            row = json.loads(done.stdout.strip().splitlines()[-1])
+            say(
+                f"| {n} | {k} | {route} | {row['discover']:.2f} | {row['first']:.1f} | "
+                f"{row['steady']:.3f} | {row['cpu']:.1f} | {row['rss']:.2f} |"
+            )
+        if len(saved) == 2:
+            new, old = np.load(saved["new"]), np.load(saved["old"])
+            same = set(new.files) == set(old.files) and all(
+                new[f].dtype == old[f].dtype and np.array_equal(new[f], old[f]) for f in new.files
+            )
+            say(f"- n = {n}, K = {k}: old and new routes give the same arrays bit for bit: {same}")
+            ok &= same
+    return ok
+
+
 SECTIONS = dict(
     chain=section_chain,
     scaling=section_scaling,
@@ -341,6 +424,7 @@ SECTIONS = dict(
     mc=section_mc,
     dag=section_dag,
     expected=section_expected,
+    replay=section_replay,
 )
 
 
