@@ -102,19 +102,6 @@ def getkey():
     return _getkey
 
 
-def pytest_collection_modifyitems(config, items):
-    """Under `JAX_ENABLE_X64=1` every test runs except those marked `x32_only(reason)`: their
-    fixed-seed numbers were drawn with 32-bit noise (the Gumbels differ in float64)."""
-    if not jax.config.jax_enable_x64:
-        return
-    for item in items:
-        marker = item.get_closest_marker("x32_only")
-        if marker is not None:
-            item.add_marker(
-                pytest.mark.skip(reason="x32_only: " + (marker.args[0] if marker.args else ""))
-            )
-
-
 # The error table (tests/test_errors.py, one test per row) is the largest file of the suite by
 # far. Under `--dist loadfile` a file is one unit of work, given whole to one worker; the table
 # is handed out in `ERROR_TABLE_PARTS` units instead, rows of one family (the first word of

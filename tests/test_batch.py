@@ -18,10 +18,6 @@ def _batch_cases(num_cases=24):
     return cases
 
 
-@pytest.mark.x32_only(
-    "with float64 noise this seeded instance has no repair at all (every failure's total is 0), "
-    "so its share-of-repair checks would have nothing to check"
-)
 def test_batch_equals_per_failure_loop():
     cases = _batch_cases()
     result = bj.blame_batch(
