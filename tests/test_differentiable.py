@@ -94,10 +94,11 @@ def test_straight_through_forward_is_hard_and_gradient_has_the_right_sign():
     world = bj.World(key=jax.random.key(0)[None])  # one world
     mode = bj.Relaxed(tau=0.5, straight_through=True)
 
+    @jax.jit  # one program each: run eagerly, every operation compiled on its own
     def fixed_score(logits):
         return bj.shapley_values(pipeline, dict(case, logits=logits), world, mode=mode).full
 
-    hard = bj.shapley_values(pipeline, case, world, mode=bj.Hard()).full
+    hard = jax.jit(lambda c: bj.shapley_values(pipeline, c, world, mode=bj.Hard()).full)(case)
     # forward values are the hard ones (up to the rounding of one + soft - soft)
     np.testing.assert_allclose(fixed_score(case["logits"]), hard, atol=1e-6)
     grad = jax.grad(fixed_score)(case["logits"])
@@ -144,6 +145,7 @@ def test_fit_improves_objective_and_holds_in_hard_mode():
         tables[2] = base.at[:, 1].add(shift)
         return dict(cases, tables=tables)
 
+    @jax.jit  # one program per mode, not one per operation
     def full_score(shift, mode):
         per = jax.vmap(lambda c, w: bj.shapley_values(chain_pipeline, c, w, mode=mode).full)
         return per(with_shift(shift), worlds).mean()
