@@ -17,7 +17,10 @@ and prints the ratio or the fit):
 - `--mc`: at n = 64, how long `mc_shapley` needs to bring its largest error below 1e-3 against
   the structured exact values, and the structured call's time.
 - `--dag`: the skip-chain DAG (every 5th step reads two parents, K = 4) at n = 200 (and
-  n = 1,000 with `BENCH_DAG_LONG=1`): first call (compile) and steady call.
+  n = 1,000 with `BENCH_DAG_LONG=1`; `expected_worlds` too with `BENCH_DAG_EXPECTED=1`):
+  first call (compile), steady call, CPU time and peak RSS, each path in a fresh process:
+  the scan over the draws against the draw-by-draw contraction (and today's code from the
+  checkout in `BENCH_DAG_BASE`), their agreement and the ratio.
 - `--replay`: `bj.replay` of a chain of n = 100 and 1,000 steps (K = 4 and 8), each call in a
   fresh process: discovery, first and steady call, against the old route (draws one by one,
   one output per site) at n = 100 (and 1,000 with `BENCH_REPLAY_OLD_LONG=1`), values equal.
@@ -272,22 +275,100 @@ def skip_chain_cases(seed, n, num_cases, k=4):
     return dict(tables=tables, score=score)
 
 
-def section_dag():
-    """The skip-chain DAG's first call (compile) and steady call at n = 200 (and n = 1,000
-    with BENCH_DAG_LONG=1): today's contraction, draw by draw."""
-    sizes = [200] + ([1000] if os.environ.get("BENCH_DAG_LONG") else [])
-    for n in sizes:
-        say(f"## skip-chain DAG: n = {n}, K = 4, 8 failures x 2 fresh worlds")
-        cases = skip_chain_cases(0, n, 8)
+DAG_SIDES = {
+    "scan": "one scan over the draws (this checkout)",
+    "draws": "draw by draw (this checkout, the scan switched off)",
+    "base": "draw by draw (today's code, the checkout in BENCH_DAG_BASE)",
+}
+
+
+def dag_child(n: int, side: str, kind: str, out: str) -> None:
+    """One side of a `--dag` row, in a fresh process: first and steady call of
+    `exact_blame` on the skip-chain DAG, CPU time and peak RSS; the values to `out`."""
+    from blamejax.structured import _plan
+
+    if side == "draws":
+        _plan.SCAN_MIN_SITES = 10**9
+    cases = skip_chain_cases(0, n, 8)
+    if kind == "expected":
+        worlds = bj.expected_worlds(np.arange(8))
+    else:
         worlds = bj.fresh_worlds(1, range(8), 2)
-        result, first, steady = call(lambda: bj.exact_blame(skip_chain, cases, worlds), 1)
-        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-        eff = float(np.abs(np.asarray(result.shapley).sum(1) - np.asarray(result.total)).max())
-        say(
-            f"- method {result.method}; first call {first:.1f} s (target {10 if n == 200 else 60} s), "
-            f"steady {steady:.2f} s, peak RSS so far {rss:.2f} GiB; efficiency error {eff:.1e}"
-        )
-    return True
+    cpu = time.process_time()
+    result, first, steady = call(lambda: bj.exact_blame(skip_chain, cases, worlds), 1)
+    cpu = time.process_time() - cpu
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    np.savez(
+        out,
+        shapley=np.asarray(result.shapley),
+        total=np.asarray(result.total),
+        times=np.asarray([first, steady, cpu, rss]),
+    )
+
+
+def dag_row(n: int, side: str, kind: str):
+    """Run `dag_child` in a fresh process: `(times, shapley, total)` or None on failure."""
+    import subprocess
+    import tempfile
+
+    env = dict(os.environ)
+    if side == "base":
+        env["PYTHONPATH"] = os.environ["BENCH_DAG_BASE"]
+    with tempfile.TemporaryDirectory() as folder:
+        out = os.path.join(folder, "row.npz")
+        command = [sys.executable, __file__, "--dag-child", str(n), side, kind, out]
+        done = subprocess.run(command, env=env, capture_output=True, text=True)
+        if done.returncode:
+            say(f"- {side}: failed ({done.stderr.strip().splitlines()[-1:]})")
+            return None
+        data = np.load(out)
+        return data["times"], data["shapley"], data["total"]
+
+
+def section_dag():
+    """The skip-chain DAG (every 5th step reads two parents, K = 4, 8 failures x 2 fresh
+    worlds; `BENCH_DAG_EXPECTED=1` adds `expected_worlds`), each side in a fresh process:
+    first call (compile), steady call, CPU time of the process's calls, peak RSS; the sides
+    agree and the ratio of first calls. n = 200, and n = 1,000 with `BENCH_DAG_LONG=1` (the
+    draw-by-draw sides at n = 1,000 only with `BENCH_DAG_LONG_OLD=1`: 20 minutes and more
+    than 7 GiB). `BENCH_DAG_BASE=<checkout>` adds today's code from that checkout."""
+    sizes = [200] + ([1000] if os.environ.get("BENCH_DAG_LONG") else [])
+    kinds = ["fresh"] + (["expected"] if os.environ.get("BENCH_DAG_EXPECTED") else [])
+    ok = True
+    for n in sizes:
+        for kind in kinds:
+            say(f"## skip-chain DAG: n = {n}, K = 4, 8 failures x {kind} worlds")
+            say("| path | first call s | CPU s | steady s | peak RSS GiB | efficiency error |")
+            say("|---|---|---|---|---|---|")
+            sides = ["scan"]
+            if n <= 200 or os.environ.get("BENCH_DAG_LONG_OLD"):
+                sides += ["draws"] + (["base"] if os.environ.get("BENCH_DAG_BASE") else [])
+            rows = {}
+            for side in sides:
+                row = dag_row(n, side, kind)
+                if row is None:
+                    ok = False
+                    continue
+                (first, steady, cpu, rss), shapley, total = row
+                eff = float(np.abs(shapley.sum(1) - total).max())
+                say(
+                    f"| {DAG_SIDES[side]} | {first:.1f} | {cpu:.1f} | {steady:.2f} | {rss:.2f} "
+                    f"| {eff:.1e} |"
+                )
+                rows[side] = row
+            if "scan" in rows:
+                target = 10 if n == 200 else 60
+                say(f"- target for the first call: {target} s on a quiet machine, 2 GiB")
+            for side in ("draws", "base"):
+                if "scan" in rows and side in rows:
+                    diff = float(np.abs(rows["scan"][1] - rows[side][1]).max())
+                    ratio = rows[side][0][0] / rows["scan"][0][0]
+                    ok &= diff <= 1e-5
+                    say(
+                        f"- scan against {DAG_SIDES[side]}: largest Shapley difference "
+                        f"{diff:.1e}; first call {ratio:.1f}x faster"
+                    )
+    return ok
 
 
 def section_expected():
@@ -429,6 +510,10 @@ SECTIONS = dict(
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--dag-child"]:
+        dag_child(int(argv[1]), argv[2], argv[3], argv[4])
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for name in SECTIONS:
         parser.add_argument(f"--{name}", action="store_true")
