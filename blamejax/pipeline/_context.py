@@ -134,9 +134,23 @@ class Context:
             defer and isinstance(mode, Hard) and not rows_per_world and self._trace is not None
         )
         self._pending: list[_Pending] = []
+        self._lookup = None  # see `_indices`
         self._reads = _TableReads() if isinstance(mode, Hard) else None
         # The addressed Gumbels of every site, [sites, K_max]: computed once per world.
         self.noise = world_noise(structure, world) if noise is None else noise
+
+    def _indices(self, step: str, slot: int) -> tuple[int, int]:
+        """The positions of `step` and of its draw in `slot` (`Structure.step_index`,
+        `site_index`), looked up in tables made once per context: scanning the structure
+        at every draw was quadratic in the number of steps."""
+        if self._lookup is None:
+            sites = {(site.step, site.slot): i for i, site in enumerate(self.structure.sites)}
+            steps = {name: i for i, name in enumerate(self.structure.steps)}
+            self._lookup = (steps, sites)
+        steps, sites = self._lookup
+        if step not in steps or (step, slot) not in sites:  # the structure's own error
+            return self.structure.step_index(step), self.structure.site_index(step, slot)
+        return steps[step], sites[(step, slot)]
 
     @property
     def invalid(self):
@@ -180,8 +194,7 @@ class Context:
         """
         parents, tabulated = check_choose_args(step, logits, given, slot)
         structure = self.structure
-        step_index = structure.step_index(step)
-        site_index = structure.site_index(step, slot)
+        step_index, site_index = self._indices(step, slot)
         site = structure.sites[site_index]
         step_plan = self.plan.steps[step_index]
         noise = self._noise(step_plan, site_index, site)

@@ -115,25 +115,28 @@ class _Recorder:
         self.sites: list[Site] = []
         self.values: list[ValueSite] = []
         self.draws: list = []  # each draw's index, touched once the pipeline has returned
+        # Each step's first site and every (step, slot) drawn: the checks below look them up
+        # instead of scanning every earlier site (quadratic in a pipeline of 1,000 steps).
+        self.first: dict[str, Site] = {}
+        self.drawn: set[tuple[str, int]] = set()
 
     def choose(self, step, logits, given=None, slot: int = 0):
         parents, tabulated = check_choose_args(step, logits, given, slot)
         num_variants, num_options = logits.shape[0], logits.shape[-1]
-        for site in self.sites:
-            if site.step == step and site.slot == slot:
-                raise ValueError(
-                    f"step {step!r} draws twice in slot {slot}; give each draw of a step its "
-                    "own `slot=` (a draw's noise is addressed by step and slot)"
-                )
-            if site.step == step and (site.num_variants, site.num_options) != (
-                num_variants,
-                num_options,
-            ):
+        if (step, slot) in self.drawn:
+            raise ValueError(
+                f"step {step!r} draws twice in slot {slot}; give each draw of a step its "
+                "own `slot=` (a draw's noise is addressed by step and slot)"
+            )
+        site = self.first.get(step)
+        if site is not None:
+            if (site.num_variants, site.num_options) != (num_variants, num_options):
                 raise ValueError(
                     f"step {step!r} has {site.num_variants} variants x {site.num_options} "
                     f"options in slot {site.slot} but {num_variants} x {num_options} in slot "
                     f"{slot}; every draw of a step must have the same variants and options"
                 )
+        self.drawn.add((step, int(slot)))
         self.sites.append(
             Site(
                 step=step,
@@ -144,6 +147,7 @@ class _Recorder:
                 tabulated=tabulated,
             )
         )
+        self.first.setdefault(step, self.sites[-1])
         row = logits[(0,) + (0,) * (logits.ndim - 2)]
         index = jnp.argmax(row).astype(jnp.int32)
         self.draws.append((step, index))
@@ -245,7 +249,7 @@ def _discover(pipeline: Callable, case) -> Structure:
     for site in recorder.sites:
         if site.step not in steps:
             steps.append(site.step)
-    first = {s: next(x for x in recorder.sites if x.step == s) for s in steps}
+    first = recorder.first
     return Structure(
         steps=tuple(steps),
         num_variants=tuple(first[s].num_variants for s in steps),
