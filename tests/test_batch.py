@@ -156,7 +156,7 @@ def test_stopping_early_stops_at_the_first_separated_look():
     other = early.separated_at["bernstein"]
     assert other is None or other <= stop
     k = bj.stats.looks(schedule, full.num_analysed).index(stop) + 1
-    _, lo, hi, sep = bj.stats.checkpoint_interval(
+    _, lo, hi, sep = bj.stats.look_interval(
         np.asarray(full.shapley[:stop], np.float64), k, "normal", 0.1, 2.0
     )
     assert sep

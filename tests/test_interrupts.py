@@ -88,9 +88,7 @@ def test_mc_shapley_keeps_the_estimates_of_the_checkpoint_a_ctrl_c_came_in(
         return real(*args)
 
     monkeypatch.setattr(module, "_mc_step", step)
-    with pytest.raises(
-        KeyboardInterrupt, match=r"at checkpoint 2 of \d+; the estimates so far"
-    ) as stop:
+    with pytest.raises(KeyboardInterrupt, match=r"at look 2 of \d+; the estimates so far") as stop:
         bj.mc_shapley(bj.demos.refund_pipeline, cases, worlds, **kwargs)
     assert len(steps) == 2
     assert "mc_shapley: Ctrl-C received" in capsys.readouterr().err

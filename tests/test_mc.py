@@ -336,7 +336,7 @@ def test_coverage_of_anytime_intervals():
         result.history,
         exact,
         lambda t, var: bj.stats.normal_radius(
-            t, var, bj.stats.checkpoint_delta(0.1, 8, np.arange(1, t.shape[1] + 1))[None, :, None]
+            t, var, bj.stats.look_delta(0.1, 8, np.arange(1, t.shape[1] + 1))[None, :, None]
         ),
     )
     print(
@@ -460,14 +460,14 @@ def test_stopped_failure_spends_nothing_more():
     k_stop = next(
         k
         for k, t in enumerate(schedule, 1)
-        if bj.stats.bernstein_radius(t, 0.0, 2.0, bj.stats.checkpoint_delta(0.1, 4, k)) < 0.5
+        if bj.stats.bernstein_radius(t, 0.0, 2.0, bj.stats.look_delta(0.1, 4, k)) < 0.5
     )
     t_stop = schedule[k_stop - 1]
     assert result.rule_fired == ["top1", "budget"]
     np.testing.assert_array_equal(result.converged, [True, False])
     np.testing.assert_array_equal(result.num_samples, [t_stop, budget])
     np.testing.assert_array_equal(result.evaluations, [2 + 3 * t_stop, 2 + 3 * budget])
-    np.testing.assert_array_equal(result.checkpoint, [k_stop, len(schedule)])
+    np.testing.assert_array_equal(result.look, [k_stop, len(schedule)])
     idle = result.evaluations_computed - int(np.asarray(result.evaluations).sum()) - 30 * 2
     assert 0 <= idle <= len(schedule) * lanes * 3  # (30 padding slots score their ends)
     assert result.evaluations_computed < 0.6 * 2 * (2 + 3 * budget)  # not both to the end
@@ -547,11 +547,7 @@ def test_intervals_use_the_declared_range():
         )
         t = np.asarray(result.num_samples)[:, None].astype(np.float64)
         var = np.asarray(result.variance, np.float64)
-        d = 0.1 / (
-            4
-            * np.asarray(result.checkpoint)[:, None]
-            * (np.asarray(result.checkpoint)[:, None] + 1)
-        )
+        d = 0.1 / (4 * np.asarray(result.look)[:, None] * (np.asarray(result.look)[:, None] + 1))
         want = dict(
             bernstein=np.sqrt(2 * var * np.log(4 / d) / t)
             + 7 * 4.0 * np.log(4 / d) / (3 * (t - 1)),
@@ -870,7 +866,7 @@ def test_ends_in_the_loop_trace_the_pipeline_once(monkeypatch):
         for field in ("values", "variance", "lower", "upper", "empty", "full", "num_samples"):
             np.testing.assert_array_equal(getattr(a, field), getattr(b, field), err_msg=field)
         np.testing.assert_array_equal(a.evaluations, b.evaluations)
-    assert np.all(np.asarray(merged[2][0].checkpoint) > 1)  # later calls: the ends given
+    assert np.all(np.asarray(merged[2][0].look) > 1)  # later calls: the ends given
     bj.clear_caches()
 
 
@@ -985,7 +981,7 @@ def test_old_keywords_warn_and_give_the_same_result():
         "`first_checkpoint=`, `growth=` of `mc_shapley` is deprecated and will be removed; "
         "pass `schedule=Schedule(first=8, growth=1.5)`",
     ]
-    for field in ("values", "lower", "upper", "num_samples", "evaluations", "checkpoint"):
+    for field in ("values", "lower", "upper", "num_samples", "evaluations", "look"):
         np.testing.assert_array_equal(getattr(old, field), getattr(new, field), err_msg=field)
     # one old keyword: the other fields keep mc_shapley's defaults (first look 16)
     with pytest.warns(
@@ -996,7 +992,12 @@ def test_old_keywords_warn_and_give_the_same_result():
         bj.mc_shapley(GAME4, cases, worlds, interval=bj.stats.Interval(), delta=0.2, **kw)
     with pytest.warns(DeprecationWarning, match="use `MCResult.interval`"):
         assert new.radius == new.interval == "hoeffding"
+    with pytest.warns(DeprecationWarning, match="use `MCResult.look`"):
+        assert new.checkpoint is new.look
     exported = new.to_dict()
-    exported["radius"] = exported.pop("interval")  # as written before the rename
+    exported["radius"] = exported.pop("interval")  # as written before the renames
+    exported["checkpoint"] = exported.pop("look")
+    exported["arrays"]["checkpoint"] = exported["arrays"].pop("look")
     again = bj.MCResult.from_dict(exported)
     assert again.interval == "hoeffding" and np.array_equal(again.values, new.values)
+    assert np.array_equal(again.look, new.look) and again.look.dtype == new.look.dtype

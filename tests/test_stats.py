@@ -115,20 +115,29 @@ def test_schedule_and_interval_check_their_fields_once():
     assert bj.stats.Interval() == bj.stats.Interval("bernstein", delta=0.1)
 
 
-def test_checkpoints_is_deprecated_for_looks():
+def test_checkpoint_names_are_deprecated_for_looks():
+    """The deprecation period: the old names warn with the new one and give the same."""
     with pytest.warns(DeprecationWarning, match=r"use `blamejax.stats.looks\(Schedule"):
         assert bj.stats.checkpoints(2, 2.0, 20) == looks(2, 2.0, 20)
+    with pytest.warns(DeprecationWarning, match="use `blamejax.stats.look_delta`"):
+        assert bj.stats.checkpoint_delta(0.1, 4, 3) == bj.stats.look_delta(0.1, 4, 3)
+    values = np.random.default_rng(3).normal(size=(12, 3))
+    with pytest.warns(DeprecationWarning, match="use `blamejax.stats.look_interval`"):
+        old = bj.stats.checkpoint_interval(values, 2, "bernstein", 0.1, 2.0)
+    new = bj.stats.look_interval(values, 2, "bernstein", 0.1, 2.0)
+    for a, b in zip(old, new):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_checkpoint_delta_sums_to_at_most_delta():
-    assert bj.stats.checkpoint_delta(0.1, 4, 1) == pytest.approx(0.0125)
-    assert bj.stats.checkpoint_delta(0.1, 8, 3) == pytest.approx(0.1 / 96)
+    assert bj.stats.look_delta(0.1, 4, 1) == pytest.approx(0.0125)
+    assert bj.stats.look_delta(0.1, 8, 3) == pytest.approx(0.1 / 96)
     n = 7
     ks = np.arange(1, 100_001)
-    total = n * bj.stats.checkpoint_delta(0.1, n, ks).sum()
+    total = n * bj.stats.look_delta(0.1, n, ks).sum()
     assert total <= 0.1 and total == pytest.approx(0.1 * (1 - 1 / 100_001))
     with pytest.raises(ValueError, match="1-based"):
-        bj.stats.checkpoint_delta(0.1, 4, 0)
+        bj.stats.look_delta(0.1, 4, 0)
 
 
 def test_top1_rule():
@@ -169,7 +178,7 @@ def test_union_bound_total():
     """The per-interval deltas of the checkpoints actually used sum to at most delta."""
     schedule = looks(16, 1.25, 10_000)
     n = 8
-    total = sum(n * bj.stats.checkpoint_delta(0.1, n, k) for k in range(1, len(schedule) + 1))
+    total = sum(n * bj.stats.look_delta(0.1, n, k) for k in range(1, len(schedule) + 1))
     assert total < 0.1
     assert math.isclose(total, 0.1 * len(schedule) / (len(schedule) + 1))
 
@@ -199,7 +208,7 @@ def test_point_of_commitment_rule():
 @pytest.mark.parametrize("rule", ["bernstein", "normal"])
 def test_checkpoints_decided_at_once_equal_one_at_a_time(rule):
     """`top_separated_at` (running sums, every checkpoint at once) makes the decision of
-    `checkpoint_interval` on `values[:t]` at every checkpoint (t >= 2; t = 1 never separates)."""
+    `look_interval` on `values[:t]` at every checkpoint (t >= 2; t = 1 never separates)."""
     rng = np.random.default_rng(7)
     decisions = []
     for trial in range(20):
@@ -209,7 +218,7 @@ def test_checkpoints_decided_at_once_equal_one_at_a_time(rule):
         ks = np.arange(1, len(marks) + 1)
         at_once = bj.stats._across_failures.top_separated_at(values, marks, ks, rule, 0.1, 2.0)
         one_by_one = [
-            t >= 2 and bj.stats.checkpoint_interval(values[:t], k, rule, 0.1, 2.0)[3]
+            t >= 2 and bj.stats.look_interval(values[:t], k, rule, 0.1, 2.0)[3]
             for k, t in zip(ks, marks)
         ]
         np.testing.assert_array_equal(at_once, one_by_one)
@@ -237,7 +246,7 @@ def test_stopping_rule_coverage():
             missed = False
             for k, t in enumerate(marks, start=1):
                 if corrected:
-                    mean, lo, hi, sep = bj.stats.checkpoint_interval(values[:t], k, rule, 0.1, 2.0)
+                    mean, lo, hi, sep = bj.stats.look_interval(values[:t], k, rule, 0.1, 2.0)
                 else:
                     mean = values[:t].mean(0)
                     r = bj.stats.normal_radius(t, values[:t].var(0, ddof=1), 0.1)

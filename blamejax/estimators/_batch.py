@@ -36,7 +36,7 @@ from ..stats import (
     INTERVAL_RULES,
     Interval,
     Schedule,
-    checkpoint_interval,
+    look_interval,
     looks,
     top_separated_at,
 )
@@ -413,7 +413,7 @@ def _batch_finish(
         cat = {name: value[: marks[stopped - 1]] for name, value in cat.items()}
     analysed = front.failed[: cat["shapley"].shape[0]]
     values = cat["shapley"]
-    mean, lo, hi, _ = checkpoint_interval(
+    mean, lo, hi, _ = look_interval(
         values, k_last, settings.interval.kind, settings.interval.delta, settings.value_range
     )
     total = cat["total"]

@@ -1,5 +1,5 @@
 """Monte Carlo Shapley values of many failures, each with intervals valid at every
-checkpoint and stopping on its own (`mc_shapley`).
+look and stopping on its own (`mc_shapley`).
 
 **Budget.** Counted in coalition evaluations (one pipeline run of one coalition in one
 world): `2 W` for the empty and full coalitions, then `W (n - 1)` per order (`2 W (n - 1)`
@@ -9,9 +9,9 @@ coalition, which runs faster; that padding, like idle lanes and, for n > 9, the 
 the block that scores the empty and full coalition in every lane, counts in
 `MCResult.evaluations_computed` only.)
 
-**The driver** is a host loop over checkpoints fixed in advance
-(`blamejax.stats.checkpoints`), written as `_mc_init` / `_mc_step` / `_mc_finish` over an
-`MCState`. At each checkpoint one compiled call per group of at most `block_size` failures
+**The driver** is a host loop over looks fixed in advance
+(`blamejax.stats.looks`), written as `_mc_init` / `_mc_step` / `_mc_finish` over an
+`MCState`. At each look one compiled call per group of at most `block_size` failures
 (`blamejax.estimators._advance`) advances the still-active failures: wall time follows the
 work left, and a failure that has stopped spends nothing more. The estimator for one
 failure is in `_permutation.py`, the blocks of an order's prefixes in `_prefixes.py`, the
@@ -50,8 +50,8 @@ from ..stats import (
     RULES,
     Interval,
     Schedule,
-    checkpoint_delta,
     confidence_radius,
+    look_delta,
     looks,
     ranking_separated,
     top1_separated,
@@ -96,12 +96,12 @@ class MCState(NamedTuple):
     count: np.ndarray  # shape=(F,), dtype=int64, samples taken
     mean: np.ndarray  # shape=(F, n), running mean of the marginals
     m2: np.ndarray  # shape=(F, n), running sum of squared deviations
-    lower: np.ndarray  # shape=(F, n), the interval at the last checkpoint reached
+    lower: np.ndarray  # shape=(F, n), the interval at the last look reached
     upper: np.ndarray  # shape=(F, n)
     evaluations: np.ndarray  # shape=(F,), dtype=int64, evaluations charged
     converged: np.ndarray  # shape=(F,), dtype=bool, a requested rule held
     rule: np.ndarray  # shape=(F,), dtype=int32, index into RULE_NAMES of the rule that stopped it
-    checkpoint: np.ndarray  # shape=(F,), dtype=int32, 1-based checkpoint at which it stopped
+    look: np.ndarray  # shape=(F,), dtype=int32, 1-based look at which it stopped
     active: np.ndarray  # shape=(A,), the failures still sampling
     t_prev: int  # samples every active failure has taken
     computed: int  # evaluations the compiled calls ran, padding and idle lanes included
@@ -286,11 +286,11 @@ def _advance_program(settings: MCSettings, devices) -> _Advance:
     return _Advance(function, width, num_lanes)
 
 
-def _interrupted(result: MCResult, k: int, num_checkpoints: int) -> KeyboardInterrupt:
-    """The `KeyboardInterrupt` of a Ctrl-C at checkpoint k, carrying the result so far."""
+def _interrupted(result: MCResult, k: int, num_looks: int) -> KeyboardInterrupt:
+    """The `KeyboardInterrupt` of a Ctrl-C at look k, carrying the result so far."""
     error = KeyboardInterrupt(
-        f"mc_shapley stopped by Ctrl-C at checkpoint {k} of {num_checkpoints}; the estimates so "
-        "far, with intervals valid at that checkpoint, are kept in this exception's `result` "
+        f"mc_shapley stopped by Ctrl-C at look {k} of {num_looks}; the estimates so "
+        "far, with intervals valid at that look, are kept in this exception's `result` "
         "(`except KeyboardInterrupt as stop: partial = stop.result`)"
     )
     error.result = result
@@ -330,7 +330,7 @@ def _mc_settings(
     if not isinstance(max_evaluations, (int, np.integer)) or isinstance(max_evaluations, bool):
         raise TypeError(f"`max_evaluations` must be an int, got {max_evaluations!r}")
     budget = (int(max_evaluations) - fixed_cost) // unit_cost
-    # With a fixed budget (`stop=()`) the only checkpoint is the budget: 2 samples (for a
+    # With a fixed budget (`stop=()`) the only look is the budget: 2 samples (for a
     # sample variance) are enough.
     first = schedule.first if stop else 2
     if budget < first:
@@ -386,7 +386,7 @@ def _mc_init(settings: MCSettings) -> MCState:
         evaluations=np.full(num_failures, settings.fixed_cost, np.int64),
         converged=np.zeros(num_failures, bool),
         rule=np.zeros(num_failures, np.int32),
-        checkpoint=np.zeros(num_failures, np.int32),
+        look=np.zeros(num_failures, np.int32),
         active=np.arange(num_failures),
         t_prev=0,
         computed=0,
@@ -397,7 +397,7 @@ def _mc_init(settings: MCSettings) -> MCState:
 def _mc_step(
     settings: MCSettings, advance, state: MCState, cases, worlds, k: int, t_k: int
 ) -> MCState:
-    """Advance every active failure to `t_k` samples (checkpoint k), form its intervals and
+    """Advance every active failure to `t_k` samples (look k), form its intervals and
     apply the stopping rules; the failures that stop leave `active`."""
     n = settings.game.num_players
     state = state._replace(  # copies: the state given is left as it was
@@ -414,7 +414,7 @@ def _mc_step(
                 "evaluations",
                 "converged",
                 "rule",
-                "checkpoint",
+                "look",
             )
         },
         history=None
@@ -473,7 +473,7 @@ def _mc_step(
     count[active] = t_k
     state.evaluations[active] += steps_now * settings.unit_cost
     variance = m2[active] / (t_k - 1)
-    delta_k = checkpoint_delta(settings.interval.delta, n, k)
+    delta_k = look_delta(settings.interval.delta, n, k)
     half = confidence_radius(settings.interval.kind, t_k, variance, settings.value_range, delta_k)
     state.lower[active] = mean[active] - half
     state.upper[active] = mean[active] + half
@@ -494,7 +494,7 @@ def _mc_step(
         rule_ids = np.asarray([1 + RULES.index(s) for s in settings.stop])
         state.rule[active] = np.where(fired, rule_ids[np.argmax(holds, axis=1)], 0)
     state.converged[active] = fired
-    state.checkpoint[active] = k
+    state.look[active] = k
     active = active[~(fired | (k == len(settings.schedule)))]
     return state._replace(active=active, t_prev=t_k, computed=computed)
 
@@ -551,7 +551,7 @@ def _mc_finish(settings: MCSettings, state: MCState) -> MCResult:
         evaluations=state.evaluations.astype(np.int32),
         converged=state.converged,
         rule=state.rule,
-        checkpoint=state.checkpoint,
+        look=state.look,
         history=history,
         antithetic=settings.antithetic,
         interval=settings.interval.kind,

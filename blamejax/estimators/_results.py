@@ -110,10 +110,10 @@ def case_row(case_ids, num_failures: int, case) -> int:
 
 
 class MCHistory(eqx.Module):
-    """What each failure's estimate and intervals were at every checkpoint (NaN once the
+    """What each failure's estimate and intervals were at every look (NaN once the
     failure had stopped).
 
-    - `t`: `Int[Array, "K"]`, the sample count of each checkpoint.
+    - `t`: `Int[Array, "K"]`, the sample count of each look.
     - `values`, `variance`, `lower`, `upper`: `Float[Array, "F K n"]`.
     """
 
@@ -130,9 +130,9 @@ class MCResult(JSONExport, eqx.Module):
 
     - `steps`: the step names (static), the order of every `n` axis.
     - `values`: `Float[Array, "F n"]`, the estimates (they add up to `full - empty`).
-    - `lower`, `upper`: `Float[Array, "F n"]`, the intervals at the checkpoint where the
+    - `lower`, `upper`: `Float[Array, "F n"]`, the intervals at the look where the
       failure stopped. With a `"bernstein"` or `"hoeffding"` `interval`, with probability at least
-      1 - delta *per failure*, every interval of that failure at every checkpoint contains
+      1 - delta *per failure*, every interval of that failure at every look contains
       the exact value; `"normal"` intervals have no such guarantee (asymptotic only).
     - `variance`: `Float[Array, "F n"]`, the sample variance of one sample.
     - `empty`, `full`: `Float[Array, "F"]`, v(empty) and v(all) (mean over worlds).
@@ -140,7 +140,8 @@ class MCResult(JSONExport, eqx.Module):
     - `evaluations`: `Int[Array, "F"]`, the coalition evaluations spent on the failure.
     - `converged`: `Bool[Array, "F"]`, a requested stopping rule held (not just the budget).
     - `rule`: `Int[Array, "F"]`, which rule stopped the failure, an index into `rule_names`.
-    - `checkpoint`: `Int[Array, "F"]`, the 1-based checkpoint at which it stopped.
+    - `look`: `Int[Array, "F"]`, the 1-based look at which it stopped (`checkpoint`, its
+      old name, is deprecated).
     - `history`: an `MCHistory`, or `None` unless requested.
     - static settings: `antithetic`, `interval` (the kind of interval: `"bernstein"`,
       `"hoeffding"` or `"normal"`; `radius`, its old name, is deprecated), `delta`,
@@ -163,7 +164,7 @@ class MCResult(JSONExport, eqx.Module):
     evaluations: Int[Array, " F"]
     converged: Bool[Array, " F"]
     rule: Int[Array, " F"]
-    checkpoint: Int[Array, " F"]
+    look: Int[Array, " F"]
     history: MCHistory | None
     antithetic: bool = eqx.field(static=True)
     interval: str = eqx.field(static=True)
@@ -205,6 +206,16 @@ class MCResult(JSONExport, eqx.Module):
         )
         return self.interval
 
+    @property
+    def checkpoint(self) -> Int[Array, " F"]:
+        """Deprecated: `look`, the 1-based look at which each failure stopped."""
+        warnings.warn(
+            "`MCResult.checkpoint` is deprecated and will be removed; use `MCResult.look`",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.look
+
     @classmethod
     def _nested(cls) -> dict:
         return {"history": MCHistory}
@@ -212,9 +223,17 @@ class MCResult(JSONExport, eqx.Module):
     @classmethod
     def from_dict(cls, data: dict):
         """The result `to_dict()` gave (a dict written before `radius` was renamed
-        `interval` reads too)."""
-        if isinstance(data, dict) and "radius" in data and "interval" not in data:
-            data = {("interval" if name == "radius" else name): v for name, v in data.items()}
+        `interval` and `checkpoint` renamed `look` reads too)."""
+        if isinstance(data, dict):
+            old = {"radius": "interval", "checkpoint": "look"}
+            data = {
+                old.get(name, name) if old.get(name) not in data else name: v
+                for name, v in data.items()
+            }
+            if isinstance(data.get("arrays"), dict) and "checkpoint" in data["arrays"]:
+                arrays = dict(data["arrays"])
+                arrays.setdefault("look", arrays.pop("checkpoint"))
+                data["arrays"] = arrays
         return super().from_dict(data)
 
     def row(self, case: int) -> int:
@@ -239,7 +258,7 @@ class MCResult(JSONExport, eqx.Module):
         level = (
             "asymptotic, no finite-sample guarantee"
             if self.interval == "normal"
-            else "valid at every checkpoint"
+            else "valid at every look"
         )
         lines.append(
             f"{int(self.num_samples[failure])} {unit}, {int(self.evaluations[failure])} evaluations; "
@@ -274,13 +293,13 @@ class BatchResult(JSONExport, eqx.Module):
       alone reaches the threshold.
     - `last_step`: `Int[np.ndarray, "A W"]`, last-step blame per world (-1: no step differs).
     - `mean_shapley`, `lower`, `upper`: `[n]` mean Shapley value and its anytime-valid interval
-      (rule `interval`) at the last checkpoint reached.
+      (rule `interval`) at the last look reached.
     - `share_of_repair`: `[n]`, `sum_f phi_fi / sum_f (v_f(all) - v_f(empty))`.
     - `resolve_rate`: `[n]`, mean of `resolve`; `last_step_rate`: `[n]`, the share of
       (failure, world) pairs whose last-step blame names the step.
     - `separated_at`: `{rule: failures needed or None}` for every interval rule on the same
       stream of failures; `separated`: whether the chosen rule separated the top step.
-    - `interval_checkpoint`: k, the checkpoint of the failure stream at which `lower`,
+    - `interval_checkpoint`: k, the look of the failure stream at which `lower`,
       `upper` and the anytime intervals were formed (0 when nothing was analysed).
     - `level`, `intervals`: the coverage of the fixed-sample intervals (default 0.95; see
       `with_level`) and a `blamejax.stats.BatchIntervals` with every interval the reports

@@ -9,6 +9,7 @@ from ._across_failures import BatchIntervals as BatchIntervals
 from ._across_failures import batch_intervals as batch_intervals
 from ._across_failures import checkpoint_interval as checkpoint_interval
 from ._across_failures import clip_interval as clip_interval
+from ._across_failures import look_interval as look_interval
 from ._across_failures import student_t_interval as student_t_interval
 from ._across_failures import top_separated_at as top_separated_at
 from ._anytime import RULES as RULES
@@ -17,6 +18,7 @@ from ._anytime import checkpoint_delta as checkpoint_delta
 from ._anytime import checkpoints as checkpoints
 from ._anytime import confidence_radius as confidence_radius
 from ._anytime import hoeffding_radius as hoeffding_radius
+from ._anytime import look_delta as look_delta
 from ._anytime import normal_radius as normal_radius
 from ._anytime import ranking_separated as ranking_separated
 from ._anytime import top1_separated as top1_separated

@@ -1,6 +1,6 @@
 """The interval across failures and the stopping rule of `blame_batch`.
 
-`checkpoint_interval` gives every step's mean per-failure value and its anytime-valid
+`look_interval` gives every step's mean per-failure value and its anytime-valid
 interval at a checkpoint of the failure stream, and whether the top step is separated
 from all others. `batch_intervals` gives every interval a batch report shows: the
 fixed-sample Student t interval (`student_t_interval`), the asymptotic and the finite-sample
@@ -10,11 +10,13 @@ can take (`clip_interval`).
 
 from __future__ import annotations
 
+import warnings
+
 import equinox as eqx
 import numpy as np
 import scipy.special
 
-from ._anytime import checkpoint_delta, confidence_radius, top1_separated
+from ._anytime import confidence_radius, look_delta, top1_separated
 from ._binomial import wilson_interval
 
 INTERVAL_RULES = ("bernstein", "normal")
@@ -22,12 +24,12 @@ INTERVAL_RULES = ("bernstein", "normal")
 (finite-sample) or normal (asymptotic, no finite-sample guarantee)."""
 
 
-def checkpoint_interval(values: np.ndarray, k: int, rule: str, delta: float, value_range: float):
-    """The interval of every step's mean at checkpoint k of a stream of per-failure values.
+def look_interval(values: np.ndarray, k: int, rule: str, delta: float, value_range: float):
+    """The interval of every step's mean at look k of a stream of per-failure values.
 
     **Arguments:**
-    - `values`: `[t, n]`, the per-failure values seen so far (t = the k-th checkpoint).
-    - `k`: the checkpoint number (1-based); its intervals are at level `delta / (n k (k+1))`.
+    - `values`: `[t, n]`, the per-failure values seen so far (t = the k-th look).
+    - `k`: the look number (1-based); its intervals are at level `delta / (n k (k+1))`.
     - `rule`: `"bernstein"` (finite-sample; R = `value_range`) or `"normal"` (asymptotic).
     - `delta`: the error probability of all intervals of the stream together.
     - `value_range`: R, the width of the interval the values lie in (`2 (s_max - s_min)`).
@@ -35,8 +37,20 @@ def checkpoint_interval(values: np.ndarray, k: int, rule: str, delta: float, val
     **Returns:** `(mean, lower, upper, top_separated)`.
     """
     n = values.shape[1]
-    mean, lower, upper = _interval(values, rule, checkpoint_delta(delta, n, k), value_range)
+    mean, lower, upper = _interval(values, rule, look_delta(delta, n, k), value_range)
     return mean, lower, upper, _top_separated(mean, lower, upper, value_range)
+
+
+def checkpoint_interval(values: np.ndarray, k: int, rule: str, delta: float, value_range: float):
+    """Deprecated: `look_interval(values, k, rule, delta, value_range)`, the same function
+    under the word the options use (a look of a `Schedule`)."""
+    warnings.warn(
+        "`blamejax.stats.checkpoint_interval` is deprecated and will be removed; use "
+        "`blamejax.stats.look_interval`",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return look_interval(values, k, rule, delta, value_range)
 
 
 # Per-failure blame is exact up to rounding (float32 on the device, and the two exact paths
@@ -68,7 +82,7 @@ def top_separated_at(
 ) -> np.ndarray:
     """Whether the top step is separated at each of several checkpoints, at once.
 
-    The same decision as `checkpoint_interval(values[:t], k, ...)[3]` for every pair
+    The same decision as `look_interval(values[:t], k, ...)[3]` for every pair
     `(t, k)` of `marks` and `ks`, from running sums (shifted by the first failure's values,
     in float64) instead of one pass over `values[:t]` per checkpoint. A checkpoint with
     t < 2 is never separated.
@@ -85,7 +99,7 @@ def top_separated_at(
     ok = ts >= 2
     t = np.where(ok[:, None], t, 2.0)  # t < 2 is masked out below; keep the radii finite
     variance = np.maximum(s2 - s1 * s1 / t, 0.0) / (t - 1.0)
-    delta_k = checkpoint_delta(delta, n, np.asarray(ks, dtype=np.float64)[:, None])
+    delta_k = look_delta(delta, n, np.asarray(ks, dtype=np.float64)[:, None])
     radius = confidence_radius(rule, t, variance, value_range, delta_k) + ROUNDING * value_range
     return ok & top1_separated(mean, mean - radius, mean + radius)
 
@@ -245,9 +259,7 @@ def batch_intervals(
     anytime = {}
     for rule in INTERVAL_RULES:
         if t >= 1 and checkpoint >= 1:
-            _, lo, hi = _interval(
-                shapley, rule, checkpoint_delta(delta, n, checkpoint), 2.0 * width
-            )
+            _, lo, hi = _interval(shapley, rule, look_delta(delta, n, checkpoint), 2.0 * width)
         else:
             lo = hi = np.full(n, np.nan)
         anytime[rule] = clip_interval(lo, hi, *reach)

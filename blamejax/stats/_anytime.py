@@ -1,4 +1,4 @@
-"""Confidence radii for the mean of bounded i.i.d. samples, the checkpoints at which they
+"""Confidence radii for the mean of bounded i.i.d. samples, the looks at which they
 are formed, and the stopping rules that read them.
 
 Everything here is a pure function of numbers. The functions accept Python numbers, numpy
@@ -7,11 +7,11 @@ used inside `jit`); array arguments broadcast against each other.
 
 **Anytime validity.** A rule that stops "as soon as the intervals separate" looks at the
 intervals many times; a plain 1 - delta interval checked at every look fails far more often
-than delta. Here intervals are formed only at checkpoints fixed in advance,
-`t_k = ceil(first growth^(k-1))` (`looks`, of a `Schedule`), and the interval of one step at checkpoint k is
-built at level `delta / (n k (k+1))` (`checkpoint_delta`). Since `sum_k 1/(k(k+1)) = 1`, the
-union bound over the n steps and every checkpoint gives: with probability at least 1 - delta,
-every interval of one failure, at every checkpoint, holds at once, whatever rule decides when
+than delta. Here intervals are formed only at looks fixed in advance,
+`t_k = ceil(first growth^(k-1))` (`looks`, of a `Schedule`), and the interval of one step at look k is
+built at level `delta / (n k (k+1))` (`look_delta`). Since `sum_k 1/(k(k+1)) = 1`, the
+union bound over the n steps and every look gives: with probability at least 1 - delta,
+every interval of one failure, at every look, holds at once, whatever rule decides when
 to stop. The guarantee is per failure: over F failures about delta * F of them will have some
 interval that misses.
 """
@@ -201,22 +201,22 @@ def checkpoints(first_checkpoint: int, growth: float, budget: int) -> tuple[int,
     return looks(Schedule(first_checkpoint, growth), budget)
 
 
-def checkpoint_delta(delta, n, k):
-    """The error budget of one step's interval at checkpoint k: `delta / (n k (k+1))`.
+def look_delta(delta, n, k):
+    """The error budget of one step's interval at look k: `delta / (n k (k+1))`.
 
     Summed over the n steps and over k = 1, 2, ... these are at most delta, so every
-    interval of one failure at every checkpoint holds at once with probability >= 1 - delta.
+    interval of one failure at every look holds at once with probability >= 1 - delta.
 
     **Arguments:**
     - `delta`: the error probability per failure, in (0, 1).
-    - `n`: the number of steps (intervals per checkpoint), >= 1.
-    - `k`: the checkpoint number, 1-based (an int or an int array).
+    - `n`: the number of steps (intervals per look), >= 1.
+    - `k`: the look number, 1-based (an int or an int array).
 
     **Returns:** the per-interval delta (a float, or an array like `k`).
 
     ```python
     import blamejax as bj
-    assert bj.stats.checkpoint_delta(0.1, 4, 1) == 0.1 / (4 * 1 * 2)  # 0.0125
+    assert bj.stats.look_delta(0.1, 4, 1) == 0.1 / (4 * 1 * 2)  # 0.0125
     ```
     """
     _check_delta_values(delta)
@@ -224,11 +224,23 @@ def checkpoint_delta(delta, n, k):
         raise ValueError(f"`n` (the number of steps) must be at least 1, got {n}")
     if isinstance(k, (int, np.integer)):
         if k < 1:
-            raise ValueError(f"`k` (the checkpoint number) is 1-based, got {k}")
+            raise ValueError(f"`k` (the look number) is 1-based, got {k}")
         return delta / (n * k * (k + 1))
     xp = _xp(k)
     k = xp.asarray(k).astype(float if xp is np else jnp.result_type(float))
     return delta / (n * k * (k + 1.0))
+
+
+def checkpoint_delta(delta, n, k):
+    """Deprecated: `look_delta(delta, n, k)`, the same function under the word the
+    options use (a look of a `Schedule`; `checkpoint` names only `blame_batch`'s file)."""
+    warnings.warn(
+        "`blamejax.stats.checkpoint_delta` is deprecated and will be removed; use "
+        "`blamejax.stats.look_delta`",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return look_delta(delta, n, k)
 
 
 def top1_separated(values, lower, upper, epsilon=0.0):

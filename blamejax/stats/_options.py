@@ -64,7 +64,7 @@ class Interval(eqx.Module):
     - `delta`: the error probability of all intervals together, in (0, 1) (for
       `mc_shapley`, of one failure's intervals at every look; for `blame_batch`, of every
       interval of the failure stream). The interval of one step at look k is built at
-      level `checkpoint_delta(delta, n, k)`.
+      level `look_delta(delta, n, k)`.
 
     Each field is checked once, here: a `TypeError`/`ValueError` names it, says what was
     expected and what was received.
