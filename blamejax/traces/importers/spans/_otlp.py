@@ -111,25 +111,18 @@ def read_export(doc, kind, where, problems, spans, logs) -> tuple[dict[str, int]
         return broken, 1
     for r, block in enumerate(resources):
         field = f"{top}[{r}]"
-        try:
-            block = _object(block, field)
-            resource = decode_attributes(
-                _object(block.get("resource"), f"{field}.resource").get("attributes")
-            )
-            scoped_list = _list_of(block.get(scoped_key), f"{field}.{scoped_key}")
-        except Bad as e:
-            problems.append(Problem(**where, field=field, message=str(e)))
+        read = _read_or_report(_resource_block, (block, field, scoped_key), where, field, problems)
+        if read is None:
             skipped += 1
             continue
+        resource, scoped_list = read
         for i, scoped in enumerate(scoped_list):
-            try:
-                scoped = _object(scoped, f"{scoped_key}[{i}]")
-                scope = _object(scoped.get("scope"), f"{scoped_key}[{i}].scope")
-                items = _list_of(scoped.get(items_key), f"{scoped_key}[{i}].{items_key}")
-            except Bad as e:
-                problems.append(Problem(**where, field=field, message=str(e)))
+            args = (scoped, f"{scoped_key}[{i}]", items_key)
+            read = _read_or_report(_scope_block, args, where, field, problems)
+            if read is None:
                 skipped += 1
                 continue
+            scope, items = read
             for j, item in enumerate(items):
                 if kind == "otlp-logs":
                     record = _flatten_log(
@@ -151,6 +144,31 @@ def read_export(doc, kind, where, problems, spans, logs) -> tuple[dict[str, int]
                 else:
                     skipped += 1
     return broken, skipped
+
+
+def _read_or_report(read, args, where, field, problems):
+    """`read(*args)`, or `None` with the problem it raised reported under `field`."""
+    try:
+        return read(*args)
+    except Bad as e:
+        problems.append(Problem(**where, field=field, message=str(e)))
+        return None
+
+
+def _resource_block(block, field, scoped_key):
+    """One resource block: its decoded resource attributes and its list of scoped blocks."""
+    block = _object(block, field)
+    resource = decode_attributes(
+        _object(block.get("resource"), f"{field}.resource").get("attributes")
+    )
+    return resource, _list_of(block.get(scoped_key), f"{field}.{scoped_key}")
+
+
+def _scope_block(scoped, field, items_key):
+    """One scoped block: its scope and its list of spans or log records."""
+    scoped = _object(scoped, field)
+    scope = _object(scoped.get("scope"), f"{field}.scope")
+    return scope, _list_of(scoped.get(items_key), f"{field}.{items_key}")
 
 
 def _object(value, field) -> dict:
