@@ -118,6 +118,7 @@ def error_table_part(nodeid: str) -> int | None:
     return zlib.crc32(family.encode()) % ERROR_TABLE_PARTS
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: unknown without the plugin
 def pytest_xdist_make_scheduler(config, log):
     """`--dist loadfile`, with the error table in several units of work (pytest-xdist's hook)."""
     if config.getvalue("dist") != "loadfile":
