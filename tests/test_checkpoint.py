@@ -456,8 +456,12 @@ def old_checkpoint(tmp_path) -> str:
     across upgrades, and what it must show is that its argument entries still match."""
     from blamejax.estimators._checkpoint import _checksum, environment
 
-    mode = "x64" if jax.config.jax_enable_x64 else "x32"
-    with open(os.path.join(OLD_FILES, f"refund_{mode}.ckpt.json"), encoding="utf-8") as f:
+    if jax.config.jax_enable_x64:
+        pytest.skip(
+            "the file holds 32-bit values: since noise is drawn in float32 in both modes "
+            "(commit 1be73de), a 64-bit file of that commit no longer holds this code's failures"
+        )
+    with open(os.path.join(OLD_FILES, "refund_x32.ckpt.json"), encoding="utf-8") as f:
         document = json.load(f)
     document["fingerprint"] |= environment()
     document["sha256"] = _checksum({k: v for k, v in document.items() if k != "sha256"})

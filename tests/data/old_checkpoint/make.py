@@ -1,10 +1,9 @@
-"""Writes the checkpoint files of this folder with the blamejax of commit 59fb466 (before the
+"""Writes the checkpoint file of this folder with the blamejax of commit 59fb466 (before the
 options became values): a `blame_batch` run interrupted after two blocks of 8 failures,
 with the old keywords. Run it from a checkout of that commit:
 
     git worktree add /tmp/base 59fb466
     PYTHONPATH=/tmp/base python tests/data/old_checkpoint/make.py tests/data/old_checkpoint
-    PYTHONPATH=/tmp/base JAX_ENABLE_X64=1 python tests/data/old_checkpoint/make.py tests/data/old_checkpoint
 """
 
 import os
