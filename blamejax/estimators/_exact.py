@@ -398,7 +398,6 @@ def exact_run(
     case_ids=None,
     interruptible=False,
     fixed_shape=False,
-    rows_per_world=True,
     method="auto",
 ):
     """`exact_blame` of a checked `game`, and (for `blame_batch`) with `threshold` given, the
@@ -409,69 +408,116 @@ def exact_run(
     chunk is not padded up to a bucket (no copy before the call, no join after it).
 
     A draw from a row with no valid option makes a run's score NaN. Checking each run's
-    rows costs the coalition tables about half their speed, so the first pass checks every
-    table row once per world instead (`rows_per_world`): a world with such a row anywhere
-    scores NaN in every coalition. Only if a NaN appears is the call made again with the
-    per-run check, which tells a row that some coalition reaches (an error) from one that
-    none does (no effect). Without such rows both passes compute the same values."""
-    again = dict(
-        interactions=interactions,
-        max_steps=max_steps,
-        block_size=block_size,
-        devices=devices,
-        threshold=threshold,
-        case_ids=case_ids,
-        interruptible=interruptible,
-        fixed_shape=fixed_shape,
-        method="enumerate",
-    )
+    rows costs the coalition tables about half their speed, so enumeration first checks every
+    table row once per world instead (`_chunk_function`'s `rows_per_world`): a world with such
+    a row anywhere scores NaN in every coalition. Only if a NaN appears are the calls made
+    again with the per-run check, which tells a row that some coalition reaches (an error)
+    from one that none does (no effect). Without such rows both passes give the same values."""
     num_failures = leading_size(cases)
-    structure = game.structure
     # On the device once (a no-op for JAX arrays), and sliced there.
     cases = jax.tree_util.tree_map(on_device, cases)
-    n = game.num_players
-    expected = None
-    if isinstance(worlds, ExpectedWorlds):
-        expected = worlds.kind
+    expected = worlds.kind if isinstance(worlds, ExpectedWorlds) else None
+    if expected is not None:
         method = _expected_method(game, method)
     method, elim, graph = resolve_method(game, cases, method, max_steps)
     if expected is not None:
-        carried = check_expected_worlds(worlds, num_failures, structure)
+        carried = check_expected_worlds(worlds, num_failures, game.structure)
         num_worlds = 1
         worlds = _expected_rows(game, graph, cases, worlds, carried)
     else:
-        num_worlds = check_worlds(worlds, num_failures, structure)
+        num_worlds = check_worlds(worlds, num_failures, game.structure)
         worlds, carried = split_case_ids(worlds)  # the ids go to the result, not the programs
-    if case_ids is None:
-        case_ids = carried
-    again["case_ids"] = case_ids
+    case_ids = carried if case_ids is None else case_ids
+    _check_block_size(block_size)
+    sharding = failure_sharding(devices)
+    run = functools.partial(
+        _run_blocks, cases, worlds, threshold, sharding, fixed_shape, interruptible
+    )
+    if method == "structured":
+        if block_size is None:
+            block_size = _structured_block_size(game, elim, num_worlds, interactions)
+        function = _structured_function(game, elim, graph, interactions, expected, sharding)
+        attribution, last, resolve, stats = run(function, block_size)
+    else:
+        world_group, block_size = _enumeration_sizes(game.num_players, num_worlds, block_size)
+        function = _chunk_function(game, interactions, world_group, True)
+        attribution, last, resolve, stats = run(function, block_size)
+        if _nan_failures(attribution).any():  # a row without a valid option, maybe never reached
+            function = _chunk_function(game, interactions, world_group, False)
+            attribution, last, resolve, stats = run(function, block_size)
+    nan = _nan_failures(attribution)
+    if expected is not None:
+        explain = functools.partial(_explain_expected_nan, nan, case_ids)
+    else:
+        explain = functools.partial(explain_nan, game, cases, worlds, nan, case_ids)
+    low, high = stats[:, 0].min(), stats[:, 1].max()
+    check_scores_in_range(low, high, game.score_range, explain, nan=bool(nan.any()))
+    result = ExactResult(
+        steps=game.steps,
+        last_step=last,
+        score_range=game.score_range,
+        method=method,
+        case_ids=np.arange(num_failures) if case_ids is None else np.asarray(case_ids, np.int64),
+        **{name: getattr(attribution, name) for name in _ATTRIBUTION_FIELDS},
+    )
+    return result, (None if threshold is None else resolve)
+
+
+_ATTRIBUTION_FIELDS = (
+    "shapley",
+    "banzhaf",
+    "fix_alone",
+    "leave_one_out",
+    "interactions",
+    "empty",
+    "full",
+)
+
+
+def _check_block_size(block_size) -> None:
     if block_size is not None and (
         not isinstance(block_size, int) or block_size < 1 or block_size & (block_size - 1)
     ):
         raise ValueError(f"`block_size` must be a positive power of two, got {block_size!r}")
-    if method == "structured":
-        if block_size is None:
-            nodes = 1 + -(-n // 2)
-            per_failure = num_worlds * len(structure.sites) * nodes * elim.width
-            if interactions:
-                per_failure *= max(1, n)
-            block_size = max(1, STRUCTURED_BUDGET // per_failure)
-            block_size = 1 << (block_size.bit_length() - 1)
-        function = _structured_function(
-            game, elim, graph, interactions, expected, failure_sharding(devices)
-        )
-    else:
-        size = 1 << n
-        world_group = num_worlds
-        while world_group > 1 and world_group * size > DEFAULT_BUDGET:
+
+
+def _structured_block_size(game: Game, elim, num_worlds: int, interactions: bool) -> int:
+    """The structured path's default `block_size`: the largest power of two of failures
+    whose reverse pass keeps at most `STRUCTURED_BUDGET` numbers."""
+    n = game.num_players
+    nodes = 1 + -(-n // 2)
+    per_failure = num_worlds * len(game.structure.sites) * nodes * elim.width
+    if interactions:
+        per_failure *= max(1, n)
+    block_size = max(1, STRUCTURED_BUDGET // per_failure)
+    return 1 << (block_size.bit_length() - 1)
+
+
+def _enumeration_sizes(n: int, num_worlds: int, block_size: int | None) -> tuple[int, int]:
+    """Enumeration's `(world_group, block_size)`: worlds vmapped together (a divisor of W) and
+    failures per call (default: a power of two), so that a call holds at most about
+    `DEFAULT_BUDGET` scores."""
+    size = 1 << n
+    world_group = num_worlds
+    while world_group > 1 and world_group * size > DEFAULT_BUDGET:
+        world_group -= 1
+        while num_worlds % world_group:
             world_group -= 1
-            while num_worlds % world_group:
-                world_group -= 1
-        if block_size is None:
-            block_size = max(1, DEFAULT_BUDGET // (world_group * size))
-            block_size = 1 << (block_size.bit_length() - 1)
-        function = _chunk_function(game, interactions, world_group, rows_per_world)
-    sharding = failure_sharding(devices)
+    if block_size is None:
+        block_size = max(1, DEFAULT_BUDGET // (world_group * size))
+        block_size = 1 << (block_size.bit_length() - 1)
+    return world_group, block_size
+
+
+def _run_blocks(
+    cases, worlds, threshold, sharding, fixed_shape, interruptible, function, block_size
+):
+    """`function` over the failures, `block_size` (at least one per device) per call, each
+    call padded up to a bucket (unless `fixed_shape`) with copies of a real failure, dropped.
+
+    **Returns:** `(attribution, last, resolve, stats)`, the calls' outputs joined and their
+    stats `[calls, 3]` (host); raises, naming the leaf, when some logit is NaN or +inf."""
+    num_failures = leading_size(cases)
     width = num_shards(sharding)
     block_size = max(block_size, width)
     pieces, stats = [], []
@@ -497,9 +543,7 @@ def exact_run(
                 f"exact_blame stopped by Ctrl-C after {stop} of {num_failures} failures; nothing "
                 "was kept: blame_batch(..., checkpoint=PATH) keeps each completed block and resumes from it"
             )
-    stats = (
-        np.asarray(stats[0])[None] if len(stats) == 1 else np.stack([np.asarray(x) for x in stats])
-    )
+    stats = np.stack([np.asarray(x) for x in stats])
     if stats[:, 2].any():
         check_finite_logits(cases)  # raises, naming the leaf and the index
     if len(pieces) == 1 and pieces[0][1].shape[0] == num_failures:
@@ -508,50 +552,25 @@ def exact_run(
         attribution, last, resolve = _join(
             tuple(p[:3] for p in pieces), tuple(p[3] for p in pieces)
         )
-    # A NaN score makes the failure's Shapley values (every coalition has a positive weight),
-    # v(empty) or v(all) NaN: tested on the results, which is reliable where min/max are not.
+    return attribution, last, resolve, stats
+
+
+def _nan_failures(attribution) -> np.ndarray:
+    """The failures whose Shapley values, v(empty) or v(all) are NaN `[F]` (host). A NaN
+    score makes them NaN (every coalition has a positive weight): tested on the results,
+    which is reliable where min/max are not."""
     nan = np.isnan(np.asarray(attribution.shapley)).any(axis=1)
-    nan |= np.isnan(np.asarray(attribution.empty)) | np.isnan(np.asarray(attribution.full))
-    if (
-        method == "enumerate" and rows_per_world and nan.any()
-    ):  # a row without a valid option, maybe never reached
-        return exact_run(game, cases, worlds, rows_per_world=False, **again)
-    if expected is not None:
+    return nan | np.isnan(np.asarray(attribution.empty)) | np.isnan(np.asarray(attribution.full))
 
-        def explain():
-            f = int(np.flatnonzero(nan)[0]) if nan.any() else 0
-            who = f"failure {f}" if case_ids is None else f"case {int(case_ids[f])}"
-            return (
-                f"{who}: some coalition reaches a NaN score or draws from a row with no valid "
-                "option with positive probability (expected_worlds)"
-            )
-    else:
 
-        def explain():
-            return explain_nan(game, cases, worlds, nan, case_ids)
-
-    check_scores_in_range(
-        stats[:, 0].min(),
-        stats[:, 1].max(),
-        game.score_range,
-        explain,
-        nan=bool(nan.any()),
+def _explain_expected_nan(nan, case_ids) -> str:
+    """The error message for a NaN under `expected_worlds`: the first such failure."""
+    f = int(np.flatnonzero(nan)[0]) if nan.any() else 0
+    who = f"failure {f}" if case_ids is None else f"case {int(case_ids[f])}"
+    return (
+        f"{who}: some coalition reaches a NaN score or draws from a row with no valid "
+        "option with positive probability (expected_worlds)"
     )
-    result = ExactResult(
-        steps=game.steps,
-        shapley=attribution.shapley,
-        banzhaf=attribution.banzhaf,
-        fix_alone=attribution.fix_alone,
-        leave_one_out=attribution.leave_one_out,
-        interactions=attribution.interactions,
-        empty=attribution.empty,
-        full=attribution.full,
-        last_step=last,
-        score_range=game.score_range,
-        method=method,
-        case_ids=np.arange(num_failures) if case_ids is None else np.asarray(case_ids, np.int64),
-    )
-    return result, (None if threshold is None else resolve)
 
 
 def check_expected_worlds(worlds: ExpectedWorlds, num_failures: int, structure) -> np.ndarray:
