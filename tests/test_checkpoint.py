@@ -495,3 +495,24 @@ def test_a_checkpoint_written_before_the_options_were_values_resumes_under_old_k
             bj.demos.refund_pipeline, cases, 0, checkpoint=path, block_size=8, **old
         )
     assert_same_result(resumed, bj.blame_batch(bj.demos.refund_pipeline, cases, 0, **OLD_OPTIONS))
+
+
+def test_a_64_bit_checkpoint_from_before_float32_noise_is_refused_with_the_reason(tmp_path):
+    """Noise is drawn in float32 in both modes now, so a 64-bit file written before holds
+    other worlds: its fingerprint lacks the `noise draws` entry that 64-bit mode adds, and
+    resuming it is refused, saying why. 32-bit files are unaffected (no entry is added)."""
+    from blamejax.estimators._checkpoint import (
+        CheckpointError,
+        environment,
+        read_checkpoint,
+        write_checkpoint,
+    )
+
+    assert ("noise draws" in environment()) == bool(jax.config.jax_enable_x64)
+    now = {"steps": ["a"], "jax_enable_x64": True, "noise draws": "float32"}
+    before = {k: v for k, v in now.items() if k != "noise draws"}
+    path = str(tmp_path / "x64.ckpt.json")
+    write_checkpoint(path, before, {"done": 8}, {"values": np.zeros(3)})
+    with pytest.raises(CheckpointError, match="before noise was drawn in float32"):
+        read_checkpoint(path, now)
+    assert read_checkpoint(path, before)[0] == {"done": 8}

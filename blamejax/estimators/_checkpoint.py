@@ -11,7 +11,8 @@ the file on disk is always one whole checkpoint, never half of one:
   JSON values (floats are written with `repr`, which reads back exactly); arrays are their
   shape, dtype and the SHA-256 of their bytes; the pipeline is its qualified name and a
   hash of its code (`callable_identity`); the environment adds the blamejax and JAX
-  versions, `jax_enable_x64` and the backend, which all change the numbers;
+  versions, `jax_enable_x64` and the backend, which all change the numbers (and in 64-bit
+  mode `"noise draws"`, so that a file from before noise was drawn in float32 is refused);
 - `"progress"`: where the run stood (plain integers and dicts);
 - `"arrays"`: `{name: {"dtype", "shape", "base64"}}`, each array's bytes (little-endian,
   C order) in base64: exact to the bit, about a third larger than the raw bytes;
@@ -152,12 +153,24 @@ def environment() -> dict:
         version = importlib.metadata.version("blamejax")
     except importlib.metadata.PackageNotFoundError:  # run from a source tree
         version = "unknown"
-    return {
+    out = {
         "blamejax version": version,
         "jax version": jax.__version__,
         "jax_enable_x64": bool(jax.config.jax_enable_x64),
         "backend": jax.default_backend(),
     }
+    if out["jax_enable_x64"]:
+        # Noise has been drawn in float32 in both modes since the Unreleased version; a
+        # 64-bit file without this entry holds worlds drawn the old way (`_differences`).
+        out["noise draws"] = NOISE_DRAWS
+    return out
+
+
+NOISE_DRAWS = "float32"
+_MISSING = {
+    "noise draws": "the file was written in 64-bit mode before noise was drawn in float32 in "
+    "both modes, so its worlds are not this call's"
+}
 
 
 def _sha256(array: np.ndarray) -> str:
@@ -292,7 +305,7 @@ def _differences(stored, current: dict) -> list[str]:
     out = []
     for name in current:
         if name not in stored:
-            out.append(f"`{name}` is not in the file")
+            out.append(_MISSING.get(name, f"`{name}` is not in the file"))
         elif stored[name] != current[name]:
             out.append(_difference(name, stored[name], current[name]))
     out.extend(
