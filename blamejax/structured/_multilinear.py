@@ -151,33 +151,49 @@ def elimination(structure: Structure, graph: Graph, players, fixes, factors=None
     return Elimination(tuple(ops), tuple(sizes), factors, tuple(site_player), width, widest, chain)
 
 
+class SiteMaps(tuple):
+    """`site_maps`' per-site maps (a tuple), carrying in `grouped` the same maps stacked by
+    table shape, `((sites, [G, V, *K_parents]), ...)`, for a contraction that stacks them
+    again (`_scan.stack_maps`). The unused form is dead code that XLA drops: consuming many
+    slices of one stacked array compiles slowly, and so does stacking hundreds of arrays.
+    Through a transformation's boundary it becomes a plain tuple."""
+
+    grouped: tuple | None = None
+
+
+jax.tree_util.register_pytree_node(SiteMaps, lambda m: (tuple(m), None), lambda _, xs: tuple(xs))
+
+
 def site_maps(structure: Structure, logits, noise, world) -> tuple:
     """Every site's option for each variant and parent options in one world: `hard_argmax`
     of its table plus the site's Gumbels (the world's override where valid), `[V, *K_parents]`
-    int32, -1 for a row with no valid option. Sites whose tables share a shape and dtype are
-    drawn together (one `hard_argmax` over their stacked tables: the same integers), so that
-    the program holds a few operations per site instead of a dozen."""
+    int32, -1 for a row with no valid option. Also grouped (`SiteMaps`): the sites whose
+    tables share a shape and dtype drawn together, one `hard_argmax` over their stacked
+    tables (the same integers)."""
+    maps = []
+    for s, (site, table) in enumerate(zip(structure.sites, logits)):
+        row = noise[s, : site.num_options]
+        if world.overrides is not None:
+            row = jnp.where(world.valid[s], world.overrides[s], row)
+        maps.append(hard_argmax(table, row, site.step))
+    out = SiteMaps(maps)
     groups: dict = {}
     for s, table in enumerate(logits):
         groups.setdefault((table.shape, table.dtype), []).append(s)
-    maps: list = [None] * len(logits)
+    grouped = []
     for (shape, _), sites in groups.items():
         size = shape[-1]
-        index = np.asarray(sites)
-        rows = noise[index, :size]  # [G, K]
+        rows = noise[np.asarray(sites), :size]  # [G, K]
         if world.overrides is not None:
             valid = stack([world.valid[s] for s in sites])
             overrides = stack([world.overrides[s] for s in sites])
             rows = jnp.where(valid[:, None], overrides, rows)
-        if len(sites) == 1:
-            maps[sites[0]] = hard_argmax(logits[sites[0]], rows[0], structure.sites[sites[0]].step)
-            continue
         tables = stack([logits[s] for s in sites])  # [G, V, *K_parents, K]
         lifted = rows.reshape((len(sites),) + (1,) * (len(shape) - 1) + (size,))
         best = hard_argmax(tables, lifted, structure.sites[sites[0]].step)
-        for g, s in enumerate(sites):
-            maps[s] = best[g]
-    return tuple(maps)
+        grouped.append((tuple(sites), best))
+    out.grouped = tuple(grouped)
+    return out
 
 
 def _step(elim: Elimination, op: SiteOp, T, axes, maps, weights, tables, dtype, out=None):

@@ -137,14 +137,19 @@ def stack_maps(layout: ScanLayout, elim: Elimination, maps):
     parents holds its rows at option 0 of the missing parent axes. Draws whose maps share a
     shape are stacked together (a few operations per group, one per draw)."""
     size, num = layout.size, layout.parents
-    groups: dict = {}
-    for op in elim.ops:
-        best = maps[op.site]
-        groups.setdefault((best.shape, best.dtype, len(op.parents)), []).append(op.site)
+    grouped = getattr(maps, "grouped", None)  # `SiteMaps`: stacked already
+    if grouped is None:
+        groups: dict = {}
+        for op in elim.ops:
+            best = maps[op.site]
+            groups.setdefault((best.shape, best.dtype), []).append(op.site)
+        grouped = [(sites, stack([maps[s] for s in sites])) for sites in groups.values()]
     parts, order = [], []
-    for (shape, dtype, parent_axes), sites in groups.items():
+    for sites, group in grouped:  # [G, V, *K_parents(, K)]
+        sites = list(sites)
+        shape, dtype = group.shape[1:], group.dtype
+        parent_axes = len(elim.ops[sites[0]].parents)
         floating = jnp.issubdtype(dtype, jnp.floating)
-        group = stack([maps[s] for s in sites])  # [G, V, *K_parents(, K)]
         fixes = np.asarray(
             [max(elim.ops[s].fix, 0) if elim.ops[s].player >= 0 else 0 for s in sites]
         )
