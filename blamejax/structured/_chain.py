@@ -119,20 +119,31 @@ def chain_reachable(elim: Elimination, fact, fix, dtype):
     """`reachable` for a chain, as a scan over the draws: the options each draw reaches in
     some coalition `[sites, K]`, and whether one reaches a row with no valid option."""
     size = fact.shape[1]
+
+    def push(r, f, g, both):
+        bad = (f < 0) | (both & (g < 0))
+        f, g = jnp.maximum(f, 0), jnp.maximum(g, 0)
+        pushed = jax.ops.segment_sum(r, f, size) + jnp.where(
+            both, jax.ops.segment_sum(r, g, size), 0
+        )
+        return jnp.minimum(pushed, 1), bad
+
+    return reach_scan(elim, fact, fix, dtype, push)
+
+
+def reach_scan(elim: Elimination, fact, fix, dtype, push):
+    """The scan of `chain_reachable` (and of its expected-noise twin): from the root's
+    option 0, `push(r, f, g, both) -> (reached, bad)` gives the options the next draw reaches
+    from those `r` reaches (`both`: the draw is a player, so its fix map counts too) and
+    which of `r`'s rows have no valid option. **Returns:** `(reach [sites, K], invalid)`."""
+    size = fact.shape[1]
     player = jnp.asarray(np.asarray(elim.site_player) >= 0)
     start = jnp.zeros((size,), dtype).at[0].set(1)
 
     def step(carry, x):
         r, invalid = carry
-        f, g, both = x
-        bad = (f < 0) | (both & (g < 0))
-        invalid = invalid | jnp.any((r > 0) & bad)
-        f, g = jnp.maximum(f, 0), jnp.maximum(g, 0)
-        pushed = jax.ops.segment_sum(r, f, size) + jnp.where(
-            both, jax.ops.segment_sum(r, g, size), 0
-        )
-        pushed = jnp.minimum(pushed, 1)
-        return (pushed, invalid), pushed
+        pushed, bad = push(r, *x)
+        return (pushed, invalid | jnp.any((r > 0) & bad)), pushed
 
     (_, invalid), reach = jax.lax.scan(step, (start, jnp.asarray(False)), (fact, fix, player))
     return reach, invalid

@@ -8,6 +8,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._chain import reach_scan
+
 
 def chain_transitions(elim, maps):
     """A chain's transition tensors as arrays: the factual and the fix transition of every
@@ -71,21 +73,13 @@ def chain_reachable_expected(elim, fact, fix, dtype):
     """`chain_reachable` for transitions: the options each draw reaches with positive
     probability in some coalition `[sites, K]`, and whether a reached row has no valid
     option."""
-    size = fact.shape[1]
-    player = jnp.asarray(np.asarray(elim.site_player) >= 0)
-    start = jnp.zeros((size,), dtype).at[0].set(1)
 
-    def step(carry, x):
-        r, invalid = carry
-        f, g, both = x
+    def push(r, f, g, both):
         bad = (f.sum(-1) <= 0.5) | (both & (g.sum(-1) <= 0.5))
-        invalid = invalid | jnp.any((r > 0) & bad)
         hit = (r[:, None] > 0) & ((f > 0) | (both & (g > 0)))
-        pushed = hit.any(0).astype(dtype)
-        return (pushed, invalid), pushed
+        return hit.any(0).astype(dtype), bad
 
-    (_, invalid), reach = jax.lax.scan(step, (start, jnp.asarray(False)), (fact, fix, player))
-    return reach, invalid
+    return reach_scan(elim, fact, fix, dtype, push)
 
 
 def chain_expected_arrays(elim, logits, observed=None):
