@@ -26,7 +26,7 @@ from ..pipeline import (
     check_finite_logits,
     discover_batch,
     observed_plan,
-    trace_run,
+    trace_arrays,
 )
 
 
@@ -162,10 +162,13 @@ def inferred_worlds(
         group = [i for i, site in enumerate(structure.sites) if site.num_options == k]
         hashes = np.asarray([stable_hash(structure.sites[i].step) for i in group], np.uint32)
         slots = np.asarray([structure.sites[i].slot for i in group], np.uint32)
-        logits = tuple(seen[i] for i in group)
+        if isinstance(seen, tuple):
+            logits = jnp.stack([seen[i] for i in group])
+        else:  # [F, sites, K_max]: the group's rows, sites first
+            logits = jnp.moveaxis(seen[:, np.asarray(group), :k], 1, 0)
         noise = _abduct_sites(keys, logits, observed[:, group].astype(np.int32), hashes, slots)
-        for i, site_noise in zip(group, noise):
-            overrides[i] = site_noise
+        for j, i in enumerate(group):  # split here, outside the compiled abduction
+            overrides[i] = _row(noise, np.int32(j))
     valid = jnp.ones(keys.shape, bool)
     return World(
         key=keys,
@@ -178,16 +181,19 @@ def inferred_worlds(
 @compiled("worlds.seen")
 def _seen_function(pipeline, structure):
     """Compiled: the logits every draw saw when each case is replayed with its observed
-    choices (a tuple, one `[F, K]` per site), and the logit of each observed option
+    choices (`[F, sites, K_max]`, padded with -inf; a tuple of one `[F, K]` per site when
+    the sites' logits differ in dtype), and the logit of each observed option
     (`[F, sites]`, checked on the host: `-inf` means it could not have been chosen)."""
 
     def seen(cases, observed, key):
         world = World(key=key)
         logits = jax.vmap(
-            lambda c, o: trace_run(pipeline, structure, c, world, observed_plan(structure, o))[
+            lambda c, o: trace_arrays(pipeline, structure, c, world, observed_plan(structure, o))[
                 "logits"
             ]
         )(cases, observed)
+        if not isinstance(logits, tuple):  # stacked, [F, sites, K_max]: one output
+            return logits, jnp.take_along_axis(logits, observed[:, :, None], axis=2)[:, :, 0]
         picked = [
             jnp.take_along_axis(logits[i], observed[:, i, None], axis=1)[:, 0]
             for i in range(len(structure.sites))
@@ -199,8 +205,9 @@ def _seen_function(pipeline, structure):
 
 @jax.jit
 def _abduct_sites(keys, logits, observed, step_hashes, slots):
-    """The posterior Gumbels of G sites with K options each (a tuple of G `[F, W, K]`) in
-    the worlds `keys` `[F, W]`, from the logits each site saw (a tuple of G `[F, K]`) and
+    """The posterior Gumbels of G sites with K options each (`[G, F, W, K]`, split per site
+    by the caller: one output per site made the program slow to compile at length) in
+    the worlds `keys` `[F, W]`, from the logits each site saw (`[G, F, K]`) and
     the observed options `[F, G]`. Compiled once per shape, shared by every pipeline (the
     world keys come in from outside: hashing them in here too made the first call of
     `inferred_worlds` about 2 s slower).
@@ -213,8 +220,11 @@ def _abduct_sites(keys, logits, observed, step_hashes, slots):
     per_site = jax.vmap(
         jax.vmap(one, in_axes=(0, None, None, None, None)), in_axes=(0, 0, 0, None, None)
     )
-    out = jax.vmap(per_site, in_axes=(None, 0, 1, 0, 0))(
-        keys, jnp.stack(logits), observed, step_hashes, slots
-    )
-    out = jax.lax.stop_gradient(out)
-    return tuple(out[j] for j in range(len(logits)))
+    out = jax.vmap(per_site, in_axes=(None, 0, 1, 0, 0))(keys, logits, observed, step_hashes, slots)
+    return jax.lax.stop_gradient(out)
+
+
+@jax.jit
+def _row(stacked, index):
+    """`stacked[index]`, one compiled call for every index."""
+    return jax.lax.dynamic_index_in_dim(stacked, index, keepdims=False)
