@@ -48,6 +48,22 @@ def test_injection_is_reproducible():
     ) or not np.array_equal(np.asarray(a.culprit), np.asarray(c.culprit))
 
 
+def test_generator_and_injection_are_the_same_with_and_without_x64():
+    """The same seed gives the same DAG and the same injected failures in both precision
+    modes (the draws are made in float32 and int32 whatever the mode)."""
+    made = {}
+    for x64 in (False, True):
+        with jax.enable_x64(x64):
+            model = scm.make_scm(0, 10, topology="dag")
+            made[x64] = (model.parents, scm.inject_errors(1, model, 6))
+    assert made[False][0] == made[True][0]
+    a, b = made[False][1], made[True][1]
+    np.testing.assert_array_equal(np.asarray(a.culprit), np.asarray(b.culprit))
+    np.testing.assert_array_equal(np.asarray(a.candidate_ids), np.asarray(b.candidate_ids))
+    for x, y in zip(jax.tree_util.tree_leaves(a.cases), jax.tree_util.tree_leaves(b.cases)):
+        np.testing.assert_allclose(np.asarray(x, np.float64), np.asarray(y, np.float64))
+
+
 @pytest.mark.parametrize("model", [CHAIN, DAG], ids=["chain", "dag"])
 def test_injected_label_is_the_decisive_step(model):
     """Under the recorded noise the factual run fails, fixing the labelled step alone

@@ -141,7 +141,9 @@ def _build_screen(scm: SCM, shape):
     def one(params, key_tables, key_steps, key_noise, allowed, candidate):
         case_key = jr.fold_in(key_tables, candidate)
         world = World(key=world_key(key_noise, candidate, 0))
-        step = allowed[jr.randint(jr.fold_in(key_steps, candidate), (), 0, allowed.shape[0])]
+        step = allowed[
+            jr.randint(jr.fold_in(key_steps, candidate), (), 0, allowed.shape[0], jnp.int32)
+        ]
         clean = run_score(
             pipeline, structure, clean_case(shape, params, case_key), world, factual_plan(structure)
         )

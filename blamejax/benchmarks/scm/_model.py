@@ -222,8 +222,8 @@ def make_scm(
     if topology == "dag":
         for i in range(2, num_steps):
             key_coin, key_pick = jr.split(jr.fold_in(key, i))
-            if bool(jr.bernoulli(key_coin, extra_parent)):
-                parents[i] = (int(jr.randint(key_pick, (), 0, i - 1)), i - 1)
+            if bool(jr.bernoulli(key_coin, jnp.float32(extra_parent))):  # float32: either mode
+                parents[i] = (int(jr.randint(key_pick, (), 0, i - 1, jnp.int32)), i - 1)
     return SCM(
         num_steps=num_steps,
         num_options=num_options,
@@ -255,7 +255,7 @@ def _row(num_options: int, p_good, p_main, main):
     over the other bad options."""
     main = jnp.asarray(main)
     shape = main.shape + (num_options,)
-    options = jnp.arange(num_options).reshape((1,) * main.ndim + (num_options,))
+    options = jnp.arange(num_options, dtype=main.dtype).reshape((1,) * main.ndim + (num_options,))
     if num_options == 2:
         return jnp.broadcast_to(jnp.where(options == 0, p_good, 1.0 - p_good), shape)
     rest = (1.0 - p_good) * (1.0 - p_main) / (num_options - 2)
@@ -299,9 +299,11 @@ def _step_tables(shape: tuple, params, key: PRNGKeyArray, i: int) -> dict:
     noise, recovery, fix_noise, fix_recovery, leak = (params[j] for j in range(5))
     num_parents = len(parents[i])
     key_main, key_bad = jr.split(key)
-    main = jr.randint(key_main, (k,) * num_parents, 1, k)  # the error a bad input propagates to
+    main = jr.randint(
+        key_main, (k,) * num_parents, 1, k, jnp.int32
+    )  # the error a bad input propagates to
     good_input = _good_input(num_parents, k)
-    corrupt_to = jr.randint(key_bad, (), 1, k)  # the error a corrupted step makes
+    corrupt_to = jr.randint(key_bad, (), 1, k, jnp.int32)  # the error a corrupted step makes
     factual = _behaviour(k, good_input, main, noise, recovery)
     fix = _behaviour(k, good_input, main, fix_noise, fix_recovery)
     corrupted_good = _row(k, leak, 1.0 - noise, corrupt_to)
