@@ -1,6 +1,7 @@
-"""Checks of plain arguments (numbers, flags, choices, functions): each raises a `TypeError`/`ValueError` that names the argument as the user typed it, what was
-expected and what was received, and returns the value in its plain Python type; and
-`renamed_keywords`, the one way an entry point keeps an old keyword working for a while.
+"""Checks of plain arguments (numbers, flags, choices, functions): each raises a
+`TypeError`/`ValueError` that names the argument as the user typed it, what was expected and
+what was received, and returns the value in its plain Python type; and `renamed_keywords`,
+the one way an entry point keeps an old keyword working for a while.
 
 They import nothing from the package, so every floor (statistics included) can use them; the
 checks that know pipelines, worlds and plans are in `blamejax._checks`.

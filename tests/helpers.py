@@ -108,3 +108,35 @@ def without_compile_cache(env: dict[str, str]) -> dict[str, str]:
     programs (tests/conftest.py): one that is sent Ctrl-C while it compiles, or that counts what
     a fresh process compiles."""
     return {name: value for name, value in env.items() if name != "JAX_COMPILATION_CACHE_DIR"}
+
+
+def public_namespaces() -> list[str]:
+    """The package's public namespaces, dotted below `blamejax`: its subpackages (`dir`,
+    not `vars`: the applications load on first use) and the namespaces a subpackage
+    re-exports by name (`from . import scm as scm`: `benchmarks.scm`), each with its own
+    API page."""
+    import ast
+    import inspect
+
+    top = sorted(
+        name for name in dir(bj) if not name.startswith("_") and inspect.ismodule(getattr(bj, name))
+    )
+    inner = []
+    for sub in top:
+        tree = ast.parse(inspect.getsource(getattr(bj, sub)))
+        inner += [
+            f"{sub}.{alias.name}"
+            for node in tree.body
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module is None
+            for alias in node.names
+            if alias.asname == alias.name
+        ]
+    return sorted(top + inner)
+
+
+def public_module(dotted: str):
+    """The module `blamejax.<dotted>` as the package exposes it (`benchmarks.scm`)."""
+    module = bj
+    for part in dotted.split("."):
+        module = getattr(module, part)
+    return module

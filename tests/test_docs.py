@@ -13,12 +13,12 @@ A block says so on a line of its own when it is deliberately partial (it is not 
     # doctest: slow (the reason)
 """
 
-import ast
 import inspect
 import pathlib
 import re
 
 import pytest
+from helpers import public_module, public_namespaces
 
 import blamejax as bj
 
@@ -33,36 +33,12 @@ def _blocks(doc: str | None) -> list[str]:
     return BLOCK.findall(inspect.cleandoc(doc)) if isinstance(doc, str) else []
 
 
-def _inner_namespaces(module) -> list[str]:
-    """The namespaces a subpackage re-exports by name (`from . import scm as scm`)."""
-    tree = ast.parse(inspect.getsource(module))
-    return [
-        alias.name
-        for node in tree.body
-        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module is None
-        for alias in node.names
-        if alias.asname == alias.name
-    ]
-
-
-def _module(dotted: str):
-    module = bj
-    for part in dotted.split("."):
-        module = getattr(module, part)
-    return module
-
-
 def _public_objects():
     """(dotted name, object) for the package, its public subpackages, every name they export
     and the public methods of exported classes. An object exported twice keeps its first name:
     subpackage names come before the front door's re-exports."""
-    subpackages = sorted(  # dir(), not vars(): the applications load on first use
-        name for name in dir(bj) if inspect.ismodule(getattr(bj, name)) and not name.startswith("_")
-    )
-    subpackages += [  # a namespace inside one, re-exported by name (`benchmarks.scm`)
-        f"{sub}.{name}" for sub in subpackages for name in _inner_namespaces(getattr(bj, sub))
-    ]
-    modules = [(f"blamejax.{sub}", _module(sub)) for sub in sorted(subpackages)]
+    subpackages = public_namespaces()
+    modules = [(f"blamejax.{sub}", public_module(sub)) for sub in sorted(subpackages)]
     modules += [("blamejax", bj)]
     names = [
         (f"{prefix}.{name}", getattr(module, name))

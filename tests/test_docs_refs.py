@@ -18,44 +18,19 @@ Read statically where it can (paths, API pages); names are looked up on the impo
 
 from __future__ import annotations
 
-import ast
 import importlib
 import inspect
 import pathlib
 import re
 
 import pytest
+from helpers import public_module, public_namespaces
 
 import blamejax as bj
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "blamejax"
-NAMESPACES = sorted(
-    name for name in dir(bj) if not name.startswith("_") and inspect.ismodule(getattr(bj, name))
-)
-
-
-def _inner_namespaces(module) -> list[str]:
-    """The namespaces a subpackage re-exports by name (`from . import scm as scm`): each has
-    its own page, docs/api/benchmarks.scm.md."""
-    tree = ast.parse(inspect.getsource(module))
-    return [
-        alias.name
-        for node in tree.body
-        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module is None
-        for alias in node.names
-        if alias.asname == alias.name
-    ]
-
-
-def _module(dotted: str):
-    module = bj
-    for part in dotted.split("."):
-        module = getattr(module, part)
-    return module
-
-
-NAMESPACES += [f"{top}.{name}" for top in NAMESPACES for name in _inner_namespaces(_module(top))]
+NAMESPACES = public_namespaces()
 DIRECTIVE = re.compile(r"^::: (blamejax(?:\.\w+)*)\s*$", re.MULTILINE)
 
 # A fenced code block (its code runs as a test, tests/test_docs.py), and one inline code span.
@@ -90,7 +65,7 @@ def _spans(path: pathlib.Path):
 
 
 def _public_names(namespace: str) -> set[str]:
-    module = bj if namespace == "blamejax" else _module(namespace)
+    module = bj if namespace == "blamejax" else public_module(namespace)
     return {
         name
         for name in dir(module)
@@ -202,7 +177,7 @@ def _lookup(obj, parts: list[str]) -> bool:
 
 def _field_of_a_class(attr: str):
     for namespace in ["", *NAMESPACES]:
-        module = _module(namespace) if namespace else bj
+        module = public_module(namespace) if namespace else bj
         for name in dir(module):
             value = getattr(module, name)
             if inspect.isclass(value) and not name.startswith("_"):
@@ -212,7 +187,7 @@ def _field_of_a_class(attr: str):
 def _classes_named(name: str) -> list:
     found = [getattr(bj, name)] if inspect.isclass(getattr(bj, name, None)) else []
     for namespace in NAMESPACES:
-        value = getattr(_module(namespace), name, None)
+        value = getattr(public_module(namespace), name, None)
         if inspect.isclass(value):
             found.append(value)
     return found
