@@ -82,4 +82,4 @@ def __getattr__(name: str):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_APPLICATIONS))
+    return sorted((set(globals()) | set(_APPLICATIONS)) - set(_MOVED))  # moved: unlisted
