@@ -84,6 +84,8 @@ def place(tree, sharding):
 
 
 def _global(x, sharding):
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        return x  # placed across the processes already (`exact_run` places each block once)
     if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
         data = _global(jax.random.key_data(x), sharding)
         return jax.random.wrap_key_data(data, impl=jax.random.key_impl(x))
