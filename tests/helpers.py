@@ -18,17 +18,20 @@ import blamejax as bj
 def random_chain_cases(key, num_steps, num_cases, num_options=4, num_variants=2, neg_inf=0.0):
     """Tables for a chain: step 0 has logits [V, K], step i>0 has [V, K, K] given step i-1.
     `neg_inf` is the probability that a logit entry is -inf (never a whole row)."""
+    # Drawn in float32 and cast, so that the same key gives the same cases with and without
+    # 64-bit mode (as blamejax draws its noise).
+    dtype = jnp.result_type(float)
     keys = jr.split(key, num_steps + 2)
     tables = []
     for i in range(num_steps):
         shape = (num_cases, num_variants) + ((num_options,) if i else ()) + (num_options,)
-        logits = 1.5 * jr.normal(keys[i], shape)
+        logits = (1.5 * jr.normal(keys[i], shape, jnp.float32)).astype(dtype)
         if neg_inf > 0:
-            drop = jr.bernoulli(jr.fold_in(keys[i], 1), neg_inf, shape)
+            drop = jr.bernoulli(jr.fold_in(keys[i], 1), jnp.float32(neg_inf), shape)
             drop = drop.at[..., 0].set(False)  # keep option 0 possible in every row
             logits = jnp.where(drop, -jnp.inf, logits)
         tables.append(logits)
-    score = jr.uniform(keys[-1], (num_cases, num_options))
+    score = jr.uniform(keys[-1], (num_cases, num_options), jnp.float32).astype(dtype)
     return dict(tables=tables, score=score)
 
 
