@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._arguments import check_power_of_two
 from .._checks import (
     check_observed,
     check_scores_in_range,
@@ -428,7 +429,7 @@ def exact_run(
         num_worlds = check_worlds(worlds, num_failures, game.structure)
         worlds, carried = split_case_ids(worlds)  # the ids go to the result, not the programs
     case_ids = carried if case_ids is None else case_ids
-    _check_block_size(block_size)
+    block_size = check_power_of_two(block_size, "block_size", allow_none=True)
     sharding = failure_sharding(devices)
     run = functools.partial(
         _run_blocks, cases, worlds, threshold, sharding, fixed_shape, interruptible
@@ -472,13 +473,6 @@ _ATTRIBUTION_FIELDS = (
     "empty",
     "full",
 )
-
-
-def _check_block_size(block_size) -> None:
-    if block_size is not None and (
-        not isinstance(block_size, int) or block_size < 1 or block_size & (block_size - 1)
-    ):
-        raise ValueError(f"`block_size` must be a positive power of two, got {block_size!r}")
 
 
 def _structured_block_size(game: Game, elim, num_worlds: int, interactions: bool) -> int:
