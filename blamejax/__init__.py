@@ -9,7 +9,7 @@ The package is arranged in the order the computation flows:
 4. `reduction`: coalition scores to Shapley values and the simpler rules; beside these two,
    `structured`: the same attributions from the game's multilinear extension, without a
    coalition table (exact past 20 steps);
-5. `stats`: confidence radii, checkpoints, stopping rules and intervals;
+5. `stats`: confidence radii, looks, stopping rules and intervals;
 6. `estimators`: exact blame, Monte Carlo Shapley, batch blame over a test set;
 7. `report`: text, JSON, pandas and HTML reports;
 

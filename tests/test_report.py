@@ -66,6 +66,7 @@ def test_dataframe():
     assert frame.attrs["stopping_interval"] == "bernstein" and frame.attrs["units"] == "fractions"
     # 10 failures: the finite-sample anytime interval is the whole range, and says so.
     assert row["clipped"] == "bernstein_lower,bernstein_upper"
+    assert frame.attrs["look"] == result.interval_look >= 1 and "checkpoint" not in frame.attrs
 
 
 def test_html_is_self_contained():
@@ -220,7 +221,7 @@ def test_fixed_sample_interval_coverage():
                 values[b] > 0,
                 level=0.95,
                 delta=0.1,
-                checkpoint=1,
+                look=1,
                 score_range=(0.0, 1.0),
             )
             np.testing.assert_array_equal([iv.fixed_lower, iv.fixed_upper], [lower[b], upper[b]])
@@ -253,10 +254,60 @@ def test_intervals_clipped_and_flagged(refund_one):
     assert np.all(
         (0 <= iv.resolve_lower) & (iv.resolve_lower <= iv.resolve_upper) & (iv.resolve_upper <= 1)
     )
-    assert iv.checkpoint == result.interval_checkpoint >= 1
+    assert iv.look == result.interval_look >= 1
     wider = result.with_level(0.99).intervals
     assert np.all(wider.resolve_upper - wider.resolve_lower > iv.resolve_upper - iv.resolve_lower)
     np.testing.assert_array_equal(wider.bernstein_lower, iv.bernstein_lower)  # anytime: unchanged
+
+
+def test_old_look_names_warn_and_read(tmp_path):
+    """The deprecation period of `checkpoint` as the name of a look (it now names only
+    `blame_batch`'s resume file): `BatchResult.interval_checkpoint`,
+    `BatchIntervals.checkpoint` and `batch_intervals(checkpoint=)` still work, each naming
+    the new spelling in a `DeprecationWarning`, with the same values; `look=` and
+    `checkpoint=` together are an error; a result exported with the old keys reads back."""
+    result = _report_result()
+    iv = result.intervals
+    k = result.interval_look
+    assert k >= 1 and iv.look == k
+    table = result.table()
+    assert f"formed at look k = {k} of the failure stream" in table
+    assert "every look's statistics use the first t" in table and "checkpoint" not in table
+    with pytest.warns(DeprecationWarning, match="use `BatchResult.interval_look`"):
+        assert result.interval_checkpoint == k
+    with pytest.warns(DeprecationWarning, match="use `BatchIntervals.look`"):
+        assert iv.checkpoint == k
+    args = (result.shapley, result.resolve)
+    kw = dict(level=0.95, delta=result.delta, score_range=result.score_range)
+    with pytest.warns(DeprecationWarning) as record:
+        old = bj.stats.batch_intervals(*args, checkpoint=k, **kw)
+    assert [str(w.message) for w in record] == [
+        f"`checkpoint=` of `batch_intervals` is deprecated and will be removed; pass `look={k}`"
+    ]
+    new = bj.stats.batch_intervals(*args, look=k, **kw)
+    assert old.look == new.look == k
+    for kind, end in itertools.product(
+        ("fixed", "normal", "bernstein", "resolve"), ("lower", "upper", "clipped")
+    ):
+        name = f"{kind}_{end}"
+        np.testing.assert_array_equal(getattr(old, name), getattr(iv, name), err_msg=name)
+        np.testing.assert_array_equal(getattr(new, name), getattr(iv, name), err_msg=name)
+    with pytest.raises(TypeError, match="got `look` and the old `checkpoint` together"):
+        bj.stats.batch_intervals(*args, look=k, checkpoint=k, **kw)
+    # A JSON file written before the rename: `interval_checkpoint`, and `checkpoint` in
+    # the nested `intervals`.
+    exported = result.to_dict()
+    exported["interval_checkpoint"] = exported.pop("interval_look")
+    exported["intervals"]["checkpoint"] = exported["intervals"].pop("look")
+    path = tmp_path / "old.json"
+    bj.report.write_json(path, exported)
+    again = bj.BatchResult.load_json(path)
+    assert again.interval_look == k and again.intervals.look == k
+    assert again.to_dict() == result.to_dict()
+    both = result.to_dict()
+    both["interval_checkpoint"] = k
+    with pytest.raises(ValueError, match=r"BatchResult has no fields \['interval_checkpoint'\]"):
+        bj.BatchResult.from_dict(both)
 
 
 # ------------------------------------------------------------------------------------

@@ -461,7 +461,7 @@ def _batch_finish(
         evaluations=int(state.evaluations),
         separated=state.separated_at[settings.interval.kind] is not None,
         separated_at=state.separated_at,
-        interval_checkpoint=int(k_last),
+        interval_look=int(k_last),
         **{name: np.asarray(value) for name, value in arrays.items()},
         **tables,
     )

@@ -109,6 +109,15 @@ def case_row(case_ids, num_failures: int, case) -> int:
     return int(rows[0])
 
 
+def _renamed_key(data: dict, old: str, new: str) -> dict:
+    """A copy of the exported dict `data` with its key `old` read as `new` (a result written
+    before a field was renamed); `data` itself when it has no `old`, or has `new` already (a
+    dict with both is then refused for its unknown field)."""
+    if old not in data or new in data:
+        return data
+    return {(new if name == old else name): value for name, value in data.items()}
+
+
 class MCHistory(eqx.Module):
     """What each failure's estimate and intervals were at every look (NaN once the
     failure had stopped).
@@ -299,8 +308,9 @@ class BatchResult(JSONExport, eqx.Module):
       (failure, world) pairs whose last-step blame names the step.
     - `separated_at`: `{rule: failures needed or None}` for every interval rule on the same
       stream of failures; `separated`: whether the chosen rule separated the top step.
-    - `interval_checkpoint`: k, the look of the failure stream at which `lower`,
-      `upper` and the anytime intervals were formed (0 when nothing was analysed).
+    - `interval_look`: k, the look of the failure stream at which `lower`, `upper` and the
+      anytime intervals were formed (0 when nothing was analysed; `interval_checkpoint`, its
+      old name, is deprecated).
     - `level`, `intervals`: the coverage of the fixed-sample intervals (default 0.95; see
       `with_level`) and a `blamejax.stats.BatchIntervals` with every interval the reports
       show (fixed-sample Student t, asymptotic and finite-sample anytime, fix-alone rate),
@@ -353,7 +363,7 @@ class BatchResult(JSONExport, eqx.Module):
     factual_score: Float[np.ndarray, " A"]
     coalition_scores: Float[np.ndarray, "A W 2**n"] | None = None
     coalition_choices: Int[np.ndarray, "A 2**n sites"] | None = None
-    interval_checkpoint: int = eqx.field(static=True, default=0)
+    interval_look: int = eqx.field(static=True, default=0)
     level: float = eqx.field(static=True, default=0.95)
     intervals: BatchIntervals | None = None
     step_order: tuple[str, ...] | None = eqx.field(static=True, default=None)
@@ -367,7 +377,7 @@ class BatchResult(JSONExport, eqx.Module):
                 self.resolve,
                 level=self.level,
                 delta=self.delta,
-                checkpoint=self.interval_checkpoint,
+                look=self.interval_look,
                 score_range=self.score_range,
             )
         if self.step_order is None:
@@ -380,6 +390,28 @@ class BatchResult(JSONExport, eqx.Module):
     @classmethod
     def _nested(cls) -> dict:
         return {"intervals": BatchIntervals}
+
+    @classmethod
+    def from_dict(cls, data: dict):
+        """The result `to_dict()` gave (a dict written before `interval_checkpoint` was
+        renamed `interval_look`, and the `checkpoint` of its `intervals` renamed `look`,
+        reads too)."""
+        if isinstance(data, dict):
+            data = dict(_renamed_key(data, "interval_checkpoint", "interval_look"))
+            if isinstance(data.get("intervals"), dict):
+                data["intervals"] = _renamed_key(data["intervals"], "checkpoint", "look")
+        return super().from_dict(data)
+
+    @property
+    def interval_checkpoint(self) -> int:
+        """Deprecated: `interval_look`, the look at which the intervals were formed."""
+        warnings.warn(
+            "`BatchResult.interval_checkpoint` is deprecated and will be removed; use "
+            "`BatchResult.interval_look`",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.interval_look
 
     def with_level(self, level: float) -> BatchResult:
         """The same result with its fixed-sample intervals at coverage `level` (default

@@ -117,14 +117,14 @@ def _interval_notes(result) -> list[str]:
     where the top step separated."""
     iv = result.intervals
     anytime = _percent(1 - result.delta)
-    k = iv.checkpoint
+    k = iv.look
     notes = [
         f"Fixed-sample: {_percent(iv.level)} Student t interval over the per-failure Shapley "
         "values (mean ± t quantile × s / √t). It assumes the analysed failures are independent "
         "draws from the population of failures and a number of failures fixed in advance; it is "
         "asymptotic (exact only for normal values; with few failures of skewed values it covers "
         "less than its level) and not valid after stopping early.",
-        f"Anytime: {anytime} for every look together, formed at checkpoint k = {k} of the failure "
+        f"Anytime: {anytime} for every look together, formed at look k = {k} of the failure "
         f"stream; finite-sample = empirical Bernstein with range width 2 (s_max − s_min), "
         "guaranteed; asymptotic = normal approximation, no finite-sample guarantee.",
         f"Fix-alone rate: {_percent(iv.level)} "
@@ -164,7 +164,7 @@ def _order_note(result) -> str:
     return (
         "Failures are visited in a seeded random order (a permutation of the test set's "
         "failures drawn from the key), so the first t of them are a random sample and every "
-        "checkpoint's statistics use the first t; they are listed in that order."
+        "look's statistics use the first t; they are listed in that order."
     )
 
 
@@ -373,7 +373,7 @@ def batch_dataframe(result):
         fixed_method=iv.fixed_method,
         resolve_method=iv.resolve_method,
         stopping_interval=result.interval,
-        checkpoint=iv.checkpoint,
+        look=iv.look,
         order="mean Shapley value, largest first",
         units="fractions",
     )

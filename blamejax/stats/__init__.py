@@ -1,4 +1,4 @@
-"""Statistics: the options the anytime estimators share (`Schedule`, `Interval`), confidence radii (Hoeffding, empirical Bernstein, normal), checkpoints fixed in
+"""Statistics: the options the anytime estimators share (`Schedule`, `Interval`), confidence radii (Hoeffding, empirical Bernstein, normal), looks fixed in
 advance with their error levels, stopping rules, binomial intervals, and intervals of a
 batch mean across failures.
 """

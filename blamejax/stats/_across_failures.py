@@ -1,7 +1,7 @@
 """The interval across failures and the stopping rule of `blame_batch`.
 
 `look_interval` gives every step's mean per-failure value and its anytime-valid
-interval at a checkpoint of the failure stream, and whether the top step is separated
+interval at a look of the failure stream, and whether the top step is separated
 from all others. `batch_intervals` gives every interval a batch report shows: the
 fixed-sample Student t interval (`student_t_interval`), the asymptotic and the finite-sample
 anytime intervals, and the fix-alone rate's interval, each clipped to the range its quantity
@@ -16,6 +16,7 @@ import equinox as eqx
 import numpy as np
 import scipy.special
 
+from .._arguments import renamed_keywords
 from ._anytime import confidence_radius, look_delta, top1_separated
 from ._binomial import wilson_interval
 
@@ -80,11 +81,11 @@ def _top_separated(mean, lower, upper, value_range) -> bool:
 def top_separated_at(
     values: np.ndarray, marks, ks, rule: str, delta: float, value_range: float
 ) -> np.ndarray:
-    """Whether the top step is separated at each of several checkpoints, at once.
+    """Whether the top step is separated at each of several looks, at once.
 
     The same decision as `look_interval(values[:t], k, ...)[3]` for every pair
     `(t, k)` of `marks` and `ks`, from running sums (shifted by the first failure's values,
-    in float64) instead of one pass over `values[:t]` per checkpoint. A checkpoint with
+    in float64) instead of one pass over `values[:t]` per look. A look with
     t < 2 is never separated.
 
     **Returns:** `Bool[ndarray, "len(marks)"]`.
@@ -185,17 +186,19 @@ class BatchIntervals(eqx.Module):
     - `fixed_*`: the fixed-sample interval of the mean Shapley value at `level`
       (`fixed_method`: `"student-t"`, see `FIXED_SAMPLE_METHOD`), clipped to `shapley_range`.
     - `normal_*`: the asymptotic anytime interval (normal radius at level
-      `delta / (n k (k+1))`, k = `checkpoint`), at `1 - delta` for all looks together.
+      `delta / (n k (k+1))`, k = `look`), at `1 - delta` for all looks together.
     - `bernstein_*`: the finite-sample anytime interval (empirical Bernstein, width
-      `2 (s_max - s_min)`), at the same checkpoint and level.
+      `2 (s_max - s_min)`), at the same look and level.
     - `resolve_*`: the fixed-sample interval of the fix-alone resolve rate at `level`
       (`resolve_method`: `"wilson"`, the Wilson score interval of a proportion, when every
       per-failure value is 0 or 1; else `"student-t"`), clipped to [0, 1].
+    - `look`: k, the look (1-based) of the failure stream at which the anytime intervals
+      were formed, 0 when unknown (`checkpoint`, its old name, is deprecated).
     """
 
     level: float = eqx.field(static=True)
     delta: float = eqx.field(static=True)
-    checkpoint: int = eqx.field(static=True)
+    look: int = eqx.field(static=True)
     fixed_method: str = eqx.field(static=True)
     resolve_method: str = eqx.field(static=True)
     shapley_range: tuple[float, float] = eqx.field(static=True)
@@ -212,14 +215,26 @@ class BatchIntervals(eqx.Module):
     resolve_upper: np.ndarray
     resolve_clipped: np.ndarray
 
+    @property
+    def checkpoint(self) -> int:
+        """Deprecated: `look`, the look at which the anytime intervals were formed."""
+        warnings.warn(
+            "`BatchIntervals.checkpoint` is deprecated and will be removed; use "
+            "`BatchIntervals.look`",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.look
 
+
+@renamed_keywords(look={"checkpoint": lambda k: k})  # the old keyword, its value as it is
 def batch_intervals(
     shapley: np.ndarray,
     resolve: np.ndarray,
     *,
     level: float,
     delta: float,
-    checkpoint: int,
+    look: int,
     score_range: tuple[float, float],
 ) -> BatchIntervals:
     """The intervals of a batch report from the per-failure values.
@@ -230,19 +245,20 @@ def batch_intervals(
       fix alone reaches the threshold.
     - `level`: the fixed-sample intervals' coverage, in (0, 1).
     - `delta`: the anytime intervals' error probability (all looks together).
-    - `checkpoint`: k, the checkpoint (1-based) at which the anytime intervals are formed.
+    - `look`: k, the look (1-based) of the failure stream at which the anytime intervals are
+      formed (`checkpoint=`, its old name, is deprecated).
     - `score_range`: `(s_min, s_max)`; a mean Shapley value lies in `[-(s_max - s_min),
       s_max - s_min]`.
 
     **Returns:** a `BatchIntervals` (NaN bounds when t = 0, and for the anytime intervals
-    when `checkpoint` is 0, unknown).
+    when `look` is 0, unknown).
 
     ```python
     import numpy as np
     import blamejax as bj
     shapley = np.array([[1.0, 0.0], [0.5, 0.5], [1.0, 0.0]])
     resolve = np.array([[1.0, 0.0], [0.0, 0.0], [1.0, 0.0]])
-    out = bj.stats.batch_intervals(shapley, resolve, level=0.95, delta=0.1, checkpoint=1,
+    out = bj.stats.batch_intervals(shapley, resolve, level=0.95, delta=0.1, look=1,
                                    score_range=(0.0, 1.0))
     assert out.fixed_upper[0] == 1.0 and out.fixed_clipped[0, 1]  # clipped at +1
     assert out.resolve_method == "wilson" and out.resolve_lower[1] == 0.0
@@ -258,8 +274,8 @@ def batch_intervals(
     fixed = clip_interval(lo, hi, *reach)
     anytime = {}
     for rule in INTERVAL_RULES:
-        if t >= 1 and checkpoint >= 1:
-            _, lo, hi = _interval(shapley, rule, look_delta(delta, n, checkpoint), 2.0 * width)
+        if t >= 1 and look >= 1:
+            _, lo, hi = _interval(shapley, rule, look_delta(delta, n, look), 2.0 * width)
         else:
             lo = hi = np.full(n, np.nan)
         anytime[rule] = clip_interval(lo, hi, *reach)
@@ -282,7 +298,7 @@ def batch_intervals(
     return BatchIntervals(
         level=float(level),
         delta=float(delta),
-        checkpoint=int(checkpoint),
+        look=int(look),
         fixed_method="student-t",
         resolve_method=resolve_method,
         shapley_range=reach,
