@@ -14,7 +14,7 @@ import functools
 import inspect
 import math
 import warnings
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
 
@@ -118,6 +118,21 @@ def check_one_of(value, argument: str, options: tuple):
     if not isinstance(value, Hashable) or value not in options:  # arrays are not hashable
         raise ValueError(f"`{argument}` must be one of {tuple(options)}, got {value!r}")
     return value
+
+
+def check_option_names(value, argument: str) -> tuple[str, ...]:
+    """`value`, the options of a decision: a non-empty list of distinct non-empty strings
+    (not one string), as a tuple."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise TypeError(f"`{argument}` must be a list of strings, got {value!r}")
+    options = tuple(value)
+    if not options or not all(isinstance(o, str) and o for o in options):
+        raise ValueError(
+            f"`{argument}` must be a non-empty list of non-empty strings, got {list(options)!r}"
+        )
+    if len(set(options)) != len(options):
+        raise ValueError(f"`{argument}` must be distinct, got {list(options)!r}")
+    return options
 
 
 def check_function(value, argument: str, signature: str, allow_none: bool = True):

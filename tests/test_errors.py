@@ -3309,7 +3309,7 @@ ROWS: list[Row] = [
             'Request("route", "factual", "hi", "ab")',
             lambda: S.FunctionScorer(prefer_first).score([REQUEST._replace(options="ab")]),
             TypeError,
-            ("`requests[0].options` must be a list of option strings, got 'ab'",),
+            ("`requests[0].options` must be a list of strings, got 'ab'",),
         ),
         (
             "scorer-request-options-repeated",

@@ -11,6 +11,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from .._arguments import check_option_names
+
 
 def canonical_json(value, *, where: str) -> str:
     """`value` as one stable line of JSON: sorted keys, no spaces, UTF-8 kept, no NaN or
@@ -74,15 +76,7 @@ def check_request(request, *, where: str = "requests[0]") -> Request:
     for name, value in (("step", step), ("variant", variant)):
         if not isinstance(value, str) or not value:
             raise TypeError(f"`{where}.{name}` must be a non-empty string, got {value!r}")
-    if isinstance(options, (str, bytes)) or not isinstance(options, Sequence):
-        raise TypeError(f"`{where}.options` must be a list of option strings, got {options!r}")
-    options = tuple(options)
-    if not options or not all(isinstance(o, str) and o for o in options):
-        raise ValueError(
-            f"`{where}.options` must be a non-empty list of non-empty strings, got {list(options)}"
-        )
-    if len(set(options)) != len(options):
-        raise ValueError(f"`{where}.options` must be distinct, got {list(options)}")
+    options = check_option_names(options, f"{where}.options")
     canonical_json(inputs, where=f"{where}.inputs")
     return Request(step, variant, inputs, options)
 

@@ -16,6 +16,7 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 
+from ..._arguments import check_option_names
 from ..format._check import shown
 from ..format._format import Run, Step
 
@@ -26,16 +27,7 @@ _MODEL_OPERATIONS = ("chat", "text_completion", "generate_content", "completion"
 
 def check_options(options) -> tuple[str, ...]:
     """`options` checked: a non-empty sequence of distinct non-empty strings."""
-    if isinstance(options, str) or not isinstance(options, Sequence):
-        raise TypeError(f"`options` must be a list of strings, got {shown(options)}")
-    options = tuple(options)
-    if not options or not all(isinstance(o, str) and o for o in options):
-        raise ValueError(
-            f"`options` must be a non-empty list of non-empty strings, got {shown(list(options))}"
-        )
-    if len(set(options)) != len(options):
-        raise ValueError(f"`options` must be distinct, got {shown(list(options))}")
-    return options
+    return check_option_names(options, "options")
 
 
 def is_model_call(step: Step) -> bool:
