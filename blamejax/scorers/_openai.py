@@ -137,15 +137,7 @@ class OpenAIScorer(RemoteScorer):
                 **extra,
             )
 
-        response = self._request(request, send)
-        usage = getattr(response, "usage", None)
-        used = (tokens(usage, "prompt_tokens"), tokens(usage, "completion_tokens"))
-        try:
-            choice = response.choices[0]
-        except (AttributeError, IndexError, TypeError):
-            raise ReplyError(
-                f"{self.name} returned a response without choices for {request.describe()}: {response!r:.200}"
-            ) from None
+        choice, *used = self._reply(request, self._request(request, send))
         if self.mode == "json":
             return Answer(logits_from_json(choice.message.content, request, who=self.name), *used)
         content = getattr(getattr(choice, "logprobs", None), "content", None) or []
@@ -162,12 +154,16 @@ class OpenAIScorer(RemoteScorer):
                 seed=request.seed,
             )
 
-        response = self._request(request, send)
+        choice, *used = self._reply(request, self._request(request, send))
+        return TextAnswer(choice.message.content, *used)
+
+    def _reply(self, request, response) -> tuple:
+        """A response's first choice, and its prompt and completion tokens."""
         usage = getattr(response, "usage", None)
         try:
-            text = response.choices[0].message.content
+            choice = response.choices[0]
         except (AttributeError, IndexError, TypeError):
             raise ReplyError(
                 f"{self.name} returned a response without choices for {request.describe()}: {response!r:.200}"
             ) from None
-        return TextAnswer(text, tokens(usage, "prompt_tokens"), tokens(usage, "completion_tokens"))
+        return choice, tokens(usage, "prompt_tokens"), tokens(usage, "completion_tokens")
