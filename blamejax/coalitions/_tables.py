@@ -125,14 +125,14 @@ def last_step_blame(
     differs between the failed run (every step factual) and the fully fixed run, or -1 when
     no player's output differs. Steps that are not players are never named."""
     players = tuple(players)
-    full = np.ones(len(players), bool)
-
-    def choices(on):  # 0: the failed run; 1: every player's fix on
-        plan = mask_plan(structure, players, fix_variants, full & on)
-        return trace_run(pipeline, structure, case, world, plan, mode, noise)["choice"]
-
-    # One batched trace of both runs: half the code to compile of two separate traces.
-    failed, fixed = jax.vmap(choices)(jnp.asarray([False, True]))
+    # The failed run and every player's fix on, in one batched trace: half the code to
+    # compile of two separate traces.
+    n = len(players)
+    both = jnp.asarray(np.stack([np.zeros(n, bool), np.ones(n, bool)]))
+    traces = _mask_traces(
+        pipeline, structure, case, world, players, fix_variants, both, mode, noise
+    )
+    failed, fixed = traces["choice"]
     site_player = np.array(
         [
             players.index(structure.step_index(s.step))
@@ -144,6 +144,17 @@ def last_step_blame(
     differs = (failed != fixed) & jnp.asarray(site_player >= 0)
     last_site = jnp.max(jnp.where(differs, jnp.arange(len(structure.sites)), -1))
     return jnp.where(last_site >= 0, jnp.asarray(site_player)[jnp.maximum(last_site, 0)], -1)
+
+
+def _mask_traces(pipeline, structure, case, world, players, fix_variants, masks, mode, noise=None):
+    """`trace_run` of each coalition in `masks` (`Bool[Array, "M n"]`, row = coalition over
+    `players`), batched with a plain `vmap` over plans."""
+
+    def one(mask):
+        plan = mask_plan(structure, players, fix_variants, mask)
+        return trace_run(pipeline, structure, case, world, plan, mode, noise)
+
+    return jax.vmap(one)(masks)
 
 
 def count_step_evaluations(
@@ -198,16 +209,9 @@ def explain_nan_score(
     masks = [np.zeros(n, bool), np.ones(n, bool)] + [np.eye(n, dtype=bool)[i] for i in range(n)]
     if n <= 12:
         masks += [np.array([(m >> i) & 1 for i in range(n)], bool) for m in range(1 << n)]
-    traces = jax.vmap(
-        lambda mask: trace_run(
-            pipeline,
-            structure,
-            case,
-            world,
-            mask_plan(structure, players, fix_variants, mask),
-            mode,
-        )
-    )(jnp.asarray(np.stack(masks)))
+    traces = _mask_traces(
+        pipeline, structure, case, world, players, fix_variants, jnp.asarray(np.stack(masks)), mode
+    )
     scores, invalid = np.asarray(traces["score"]), np.asarray(traces["invalid"])
     bad = np.flatnonzero(np.isnan(scores))
     if bad.size == 0:
