@@ -20,17 +20,24 @@ def random_chain_cases(key, num_steps, num_cases, num_options=4, num_variants=2,
     `neg_inf` is the probability that a logit entry is -inf (never a whole row)."""
     # Drawn in float32 and cast, so that the same key gives the same cases with and without
     # 64-bit mode (as blamejax draws its noise).
+    # Steps 1.. are drawn by one vmapped draw over their keys (the same numbers as a draw per
+    # key, in one small program instead of one per step).
     dtype = jnp.result_type(float)
     keys = jr.split(key, num_steps + 2)
-    tables = []
-    for i in range(num_steps):
-        shape = (num_cases, num_variants) + ((num_options,) if i else ()) + (num_options,)
-        logits = (1.5 * jr.normal(keys[i], shape, jnp.float32)).astype(dtype)
+
+    def table(key, shape):
+        logits = (1.5 * jr.normal(key, shape, jnp.float32)).astype(dtype)
         if neg_inf > 0:
-            drop = jr.bernoulli(jr.fold_in(keys[i], 1), jnp.float32(neg_inf), shape)
+            drop = jr.bernoulli(jr.fold_in(key, 1), jnp.float32(neg_inf), shape)
             drop = drop.at[..., 0].set(False)  # keep option 0 possible in every row
             logits = jnp.where(drop, -jnp.inf, logits)
-        tables.append(logits)
+        return logits
+
+    tables = [table(keys[0], (num_cases, num_variants, num_options))]
+    if num_steps > 1:
+        shape = (num_cases, num_variants, num_options, num_options)
+        later = jax.vmap(table, in_axes=(0, None))(keys[1:num_steps], shape)
+        tables += list(later)
     score = jr.uniform(keys[-1], (num_cases, num_options), jnp.float32).astype(dtype)
     return dict(tables=tables, score=score)
 

@@ -410,8 +410,8 @@ def test_scan_world_blame_equals_draw_by_draw_with_rows_of_no_valid_option(scan_
     maps = random_maps(3, graph, elim.sizes, 16)
     score = (jnp.asarray(np.random.default_rng(4).uniform(size=(3,)), jnp.float32),)
 
-    def blame(elim):
-        return jax.vmap(lambda m: bj.structured.world_blame(elim, m, score, True))(maps)
+    def blame(elim):  # one compiled program each (op by op, it compiled hundreds)
+        return jax.jit(jax.vmap(lambda m: bj.structured.world_blame(elim, m, score, True)))(maps)
 
     scanned, unrolled = blame(elim), blame(elim._replace(scan=False))
     for a, b in zip(scanned, unrolled):
