@@ -127,6 +127,12 @@ def test_bucket_sizes():
     assert all(b - c < c / 8 for b, c in zip(sizes, range(1, 1025)))  # < 1/8 padding
     assert len(set(sizes[256:512])) == 8  # counts 257..512: eight shapes per doubling
     assert max(sizes) == 1024  # capped at the chunk
+    # the structured path's buckets: multiples of the failures it runs at a time
+    sizes = [_exact._bucket(count, 1024, _exact.MICRO_BATCH) for count in range(1, 2000)]
+    assert sizes[:8] == [4, 4, 4, 4, 8, 8, 8, 8]
+    assert all(b >= c and b % _exact.MICRO_BATCH == 0 for b, c in zip(sizes, range(1, 1025)))
+    assert all(b - c < c / 8 for b, c in zip(sizes[31:], range(32, 1025)))
+    assert _exact._bucket(3, 2, _exact.MICRO_BATCH) == 2  # capped at the chunk
 
 
 # -- bad input ---------------------------------------------------------------------------

@@ -64,11 +64,13 @@ STRUCTURED_BUDGET = 2**26
 MICRO_BATCH = 4
 
 
-def _bucket(count: int, chunk: int) -> int:
+def _bucket(count: int, chunk: int, multiple: int = 1) -> int:
     """The smallest bucket size >= count, capped at the chunk size. Buckets keep four
     significant bits (1..16, then 18, 20, ..., 32, 36, 40, ...): less than an eighth of a
-    call is padding, and a batch of any size compiles at most eight shapes per doubling."""
-    step = 1 << max(0, count.bit_length() - 4)
+    call is padding, and a batch of any size compiles at most eight shapes per doubling.
+    `multiple`: buckets are also multiples of it (the structured path runs `MICRO_BATCH`
+    failures at a time, so its calls of 1 to 4 failures do the same work: one shape)."""
+    step = max(multiple, 1 << max(0, count.bit_length() - 4))
     return min(chunk, -(-count // step) * step)
 
 
@@ -438,7 +440,7 @@ def exact_run(
         if block_size is None:
             block_size = _structured_block_size(game, elim, num_worlds, interactions)
         function = _structured_function(game, elim, graph, interactions, expected, sharding)
-        attribution, last, resolve, stats = run(function, block_size)
+        attribution, last, resolve, stats = run(function, block_size, MICRO_BATCH)
     else:
         world_group, block_size = _enumeration_sizes(game.num_players, num_worlds, block_size)
         function = _chunk_function(game, interactions, world_group, True)
@@ -504,10 +506,11 @@ def _enumeration_sizes(n: int, num_worlds: int, block_size: int | None) -> tuple
 
 
 def _run_blocks(
-    cases, worlds, threshold, sharding, fixed_shape, interruptible, function, block_size
+    cases, worlds, threshold, sharding, fixed_shape, interruptible, function, block_size, multiple=1
 ):
     """`function` over the failures, `block_size` (at least one per device) per call, each
-    call padded up to a bucket (unless `fixed_shape`) with copies of a real failure, dropped.
+    call padded up to a bucket (unless `fixed_shape`; a multiple of `multiple`) with copies of
+    a real failure, dropped.
 
     **Returns:** `(attribution, last, resolve, stats)`, the calls' outputs joined and their
     stats `[calls, 3]` (host); raises, naming the leaf, when some logit is NaN or +inf."""
@@ -517,7 +520,7 @@ def _run_blocks(
     pieces, stats = [], []
     for start in range(0, num_failures, block_size):
         stop = min(start + block_size, num_failures)
-        count = stop - start if fixed_shape else _bucket(stop - start, block_size)
+        count = stop - start if fixed_shape else _bucket(stop - start, block_size, multiple)
         bucket = -(-count // width) * width  # whole rows per device
         if start == 0 and bucket == num_failures:
             chunk_cases, chunk_worlds = cases, worlds  # one call, no padding: no copies

@@ -7,6 +7,7 @@ size whatever the length of the pipeline.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple
 
 import jax
@@ -135,6 +136,28 @@ def _resolve_chain(pending: list[_Pending], world_noise, plan_variants=None, see
     registers = jnp.zeros((num_registers,), jnp.int32)
     if outside:
         registers = registers.at[: len(outside)].set(jnp.stack(outside))
+    body = _chain_step(num_parents, seen)
+    xs = (best, variants, *map(jnp.asarray, (source, stride, variant_stride, target)))
+    _, out = jax.lax.scan(body, registers, xs)
+    if not seen:
+        return jnp.maximum(out, 0), jnp.any(out < 0)
+    chosen, rows = out
+    # The row each draw read (`_seen_logits`) and the Gumbels added to it, uncast (the
+    # noise's own dtype, as a draw made on its own records it): one gather each.
+    seen_logits = tables[jnp.arange(m), rows]  # [m, K]
+    if all(p.noise is None for p in pending):
+        noise = world_noise[sites, :num_options]
+    else:
+        own = [p.noise_row(world_noise) for p in pending]
+        noise = jnp.stack([jnp.pad(r, (0, num_options - r.shape[0])) for r in own])
+    return jnp.maximum(chosen, 0), chosen < 0, seen_logits, noise
+
+
+@functools.cache
+def _chain_step(num_parents: int, seen: bool):
+    """The body of `_resolve_chain`'s scan, one function per (parents, seen): a scan run
+    outside `jit` (a run traced op by op) then finds its program already compiled when the
+    shapes repeat, where a fresh closure per run compiled it again every time."""
     lax = jax.lax
 
     def body(carry, x):
@@ -152,20 +175,7 @@ def _resolve_chain(pending: list[_Pending], world_noise, plan_variants=None, see
         carry = lax.dynamic_update_index_in_dim(carry, jnp.maximum(chosen, 0), target_k, 0)
         return carry, ((chosen, flat) if seen else chosen)
 
-    xs = (best, variants, *map(jnp.asarray, (source, stride, variant_stride, target)))
-    _, out = lax.scan(body, registers, xs)
-    if not seen:
-        return jnp.maximum(out, 0), jnp.any(out < 0)
-    chosen, rows = out
-    # The row each draw read (`_seen_logits`) and the Gumbels added to it, uncast (the
-    # noise's own dtype, as a draw made on its own records it): one gather each.
-    seen_logits = tables[jnp.arange(m), rows]  # [m, K]
-    if all(p.noise is None for p in pending):
-        noise = world_noise[sites, :num_options]
-    else:
-        own = [p.noise_row(world_noise) for p in pending]
-        noise = jnp.stack([jnp.pad(r, (0, num_options - r.shape[0])) for r in own])
-    return jnp.maximum(chosen, 0), chosen < 0, seen_logits, noise
+    return body
 
 
 def _registers(parent_of):
