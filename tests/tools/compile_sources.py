@@ -14,10 +14,10 @@ at many shapes: the line to change.
 
 import collections
 import os
-import subprocess
 import sys
-import tempfile
 import traceback
+
+from _logged_run import run_logged
 
 _LOG_FOLDER = "BLAMEJAX_COMPILE_SOURCES_FOLDER"
 _COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
@@ -79,19 +79,10 @@ def main(argv: list[str]) -> int:
     top = 25
     if argv[:1] == ["--top"]:
         top, argv = int(argv[1]), argv[2:]
-    with tempfile.TemporaryDirectory() as folder:
-        here = os.path.dirname(os.path.abspath(__file__))
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]))
-        env[_LOG_FOLDER] = folder
-        env["BLAMEJAX_TEST_COMPILE_CACHE"] = "off"
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly"]
-        done = subprocess.run(command + ["-p", "compile_sources"] + argv, env=env)
-        rows = []
-        for name in sorted(os.listdir(folder)):
-            with open(os.path.join(folder, name)) as file:
-                rows += [line.split("\t") for line in file.read().splitlines()]
+    code, lines = run_logged("compile_sources", _LOG_FOLDER, argv, cold=True)
+    rows = [line.split("\t") for line in lines]
     print("\n".join(summarise(rows, top)))
-    return done.returncode
+    return code
 
 
 if __name__ == "__main__":

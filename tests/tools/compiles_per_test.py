@@ -13,11 +13,10 @@ depend on order: a program built by an earlier test of the same process is not c
 
 import collections
 import os
-import subprocess
 import sys
-import tempfile
 
 import pytest
+from _logged_run import run_logged
 
 _LOG_FOLDER = "BLAMEJAX_COMPILES_LOG_FOLDER"
 _COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
@@ -82,19 +81,9 @@ def main(argv: list[str]) -> int:
     top = 30
     if argv[:1] == ["--top"]:
         top, argv = int(argv[1]), argv[2:]
-    with tempfile.TemporaryDirectory() as folder:
-        here = os.path.dirname(os.path.abspath(__file__))
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]))
-        env[_LOG_FOLDER] = folder
-        env["BLAMEJAX_TEST_COMPILE_CACHE"] = "off"
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly"]
-        done = subprocess.run(command + ["-p", "compiles_per_test"] + argv, env=env)
-        lines = []
-        for name in sorted(os.listdir(folder)):
-            with open(os.path.join(folder, name)) as file:
-                lines += file.read().splitlines()
+    code, lines = run_logged("compiles_per_test", _LOG_FOLDER, argv, cold=True)
     print("\n".join(summarise(lines, top)))
-    return done.returncode
+    return code
 
 
 if __name__ == "__main__":

@@ -14,9 +14,9 @@ import collections
 import logging
 import os
 import re
-import subprocess
 import sys
-import tempfile
+
+from _logged_run import run_logged
 
 _LOG_FOLDER = "BLAMEJAX_UNCACHED_LOG_FOLDER"
 
@@ -60,23 +60,14 @@ def summarise(lines: list[str]) -> tuple[collections.Counter, collections.Counte
 
 
 def main(argv: list[str]) -> int:
-    with tempfile.TemporaryDirectory() as folder:
-        here = os.path.dirname(os.path.abspath(__file__))
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]))
-        env[_LOG_FOLDER] = folder
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly"]
-        done = subprocess.run(command + ["-p", "uncached_programs"] + argv, env=env)
-        lines = []
-        for name in sorted(os.listdir(folder)):
-            with open(os.path.join(folder, name)) as file:
-                lines += file.read().splitlines()
+    code, lines = run_logged("uncached_programs", _LOG_FOLDER, argv, cold=False)
     seconds, count, why = summarise(lines)
     total = sum(seconds.values())
     print(f"\n{sum(count.values())} compiles after a cache miss, {total:.1f} s in all")
     for program, spent in seconds.most_common():
         reason = why.get("jit_" + program.removeprefix("jit(").removesuffix(")"), "")
         print(f"{spent:7.1f} s {count[program]:4d}x  {program}  {reason}")
-    return done.returncode
+    return code
 
 
 if __name__ == "__main__":
